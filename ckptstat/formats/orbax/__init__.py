@@ -72,9 +72,8 @@ def _walk_files(folder: str, root: str) -> dict[str, Value]:
 class _Values(Assembler):
     """A tensor's chunks decoded as they are read (zarr.py), those of the tensor being read kept."""
 
-    def __init__(self, file: str):
+    def __init__(self) -> None:
         super().__init__()
-        self.file = file
         self.decoded: dict[int, IO[bytes] | None] = {}
         self.in_memory = 0                    # bytes of decoded chunks held in memory (the rest spooled to disk)
         self.reading: str | None = None
@@ -88,7 +87,7 @@ class _Values(Assembler):
         self.indexes.clear()
         self.in_memory = 0
 
-    def _span(self, arr: zarr.Array, value: Value, inner: int | None) -> Value | None:
+    def _span(self, arr: zarr.Array, value: Value, inner: int | None, file: str) -> Value | None:
         """Where one (inner) chunk's stored bytes lie (None: an inner chunk the shard's index says is absent)."""
         if inner is None:
             return value
@@ -96,12 +95,12 @@ class _Values(Assembler):
         if key not in self.indexes:
             size = zarr.index_bytes(arr)
             if size > value.length:
-                raise CorruptCheckpointError(self.file, f"array {arr.name!r}: a {value.length:,}-byte shard too short "
-                                                        f"for its {size:,}-byte index")
+                raise CorruptCheckpointError(file, f"array {arr.name!r}: a {value.length:,}-byte shard too short "
+                                                   f"for its {size:,}-byte index")
             at = value.length - size if arr.index_at_end else 0
             raw = read_value(Value(value.file, value.offset + at, size, None if value.inline is None
                                    else value.inline[at:at + size]), f"array {arr.name!r}: shard index")
-            self.indexes[key] = zarr.shard_index(arr, raw, value.length, self.file)
+            self.indexes[key] = zarr.shard_index(arr, raw, value.length, file)
         off, nb = self.indexes[key][inner]
         if off == zarr.NO_CHUNK:
             return None
@@ -110,14 +109,14 @@ class _Values(Assembler):
     def _chunk(self, box: Box) -> IO[bytes] | None:
         if id(box) not in self.decoded:
             arr, value, inner = box.item
-            span = None if value is None else self._span(arr, value, inner)
+            span = None if value is None else self._span(arr, value, inner, box.tensor.file)
             what = f"array {arr.name!r}: a chunk"
             if span is None:
                 if not arr.fill_zero:
-                    raise zarr.refuse_fill(arr, self.file)
+                    raise zarr.refuse_fill(arr, box.tensor.file)
                 self.decoded[id(box)] = None
             elif span.inline is not None:
-                self.decoded[id(box)] = zarr.decode_chunk(arr, io.BytesIO(span.inline), self.file, what)
+                self.decoded[id(box)] = zarr.decode_chunk(arr, io.BytesIO(span.inline), box.tensor.file, what)
             else:
                 file = span.file or ""
                 if span.offset + span.length > file_size(file):
@@ -272,7 +271,7 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = Non
                                           f"{MANIFEST} or {METADATA})")
     else:
         return None
-    reader = _Values(fs.join(folder, MANIFEST))
+    reader = _Values()
     tensors: dict[str, TensorInfo] = {}
     files: list[str] = []
     kinds = []
@@ -301,7 +300,6 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = Non
             values = _walk_files(item, root)
             files += sorted(v.file for v in values.values() if v.file)
             file = fs.join(item, METADATA)   # (the tensors' file: the item's one file of its own)
-        reader.file = file
         found = _tensors(values, file, prefix, reader, budget)
         if not found and kind == "zarr" and not values:
             continue
