@@ -44,11 +44,9 @@ _MODULES = ("numpy._core", "numpy.core")
 
 @dataclass(frozen=True)
 class Span:
-    """A bytes payload of the pickle: `length` bytes at `offset` of the file (`data` when it was small enough to
-    read)."""
+    """A bytes payload of the pickle: `length` bytes at `offset` of the file."""
     offset: int
     length: int
-    data: bytes | None = None
 
 
 class _Array(Record):
@@ -97,7 +95,8 @@ class _NumpyUnpickler(RecordingUnpickler):
         frame = getattr(getattr(self, "_unframer", None), "current_frame", None)   # a protocol-4 frame being read
         if frame is not None or n <= INLINE:
             at = self.stream.tell() - (len(frame.getbuffer()) - frame.tell() if frame is not None else 0)
-            self.append(Span(at, n, self.read(n)))
+            self.read(n)   # (small, or in a frame already in memory: read past)
+            self.append(Span(at, n))
             return
         if n > self.stream.left:
             raise Refused(f"a bytes payload of {n:,} bytes where {self.stream.left:,} remain")
@@ -204,6 +203,8 @@ def accept(probe: Probe) -> bool:
 
 def open_numpy_pickle(path: str) -> Checkpoint:
     with open_regular(path) as f:
+        protocol = f.read(2)[1:]   # (PROTO's argument: accept saw it)
+        f.seek(0)
         obj, _ = unpickle(f, path, "pickle", storages=False, limit=size_of(f), unpickler=_NumpyUnpickler)
     paddle = path.endswith(PADDLE_SUFFIXES) or (isinstance(obj, dict) and PADDLE_KEY in obj)
     tensors = _walk(path, obj, paddle)
@@ -214,14 +215,8 @@ def open_numpy_pickle(path: str) -> Checkpoint:
     if paddle and any(t.dtype == "BF16" for t in tensors.values()):
         notes.append("PaddlePaddle stores bfloat16 as numpy uint16 (paddle.load reads it back as bfloat16): read as BF16")
     return Checkpoint(path=path, format=NAME, tensors=tensors, files=(path,), notes=notes, ordered=True,
-                      metadata={"pickle.protocol": str(_protocol(path)),
+                      metadata={"pickle.protocol": str(protocol[0] if protocol else 0),
                                 "pickle.writer": "paddle.save" if paddle else "pickle.dump"})
-
-
-def _protocol(path: str) -> int:
-    with open_regular(path) as f:
-        head = f.read(2)
-    return head[1] if len(head) == 2 and head[0] == 0x80 else 0
 
 
 register(Format(NAME, accept, open_numpy_pickle, (".pdparams", ".pdopt", ".pkl", ".pickle")))

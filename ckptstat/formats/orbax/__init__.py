@@ -20,7 +20,6 @@ chunks' sizes and number."""
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import re
@@ -31,10 +30,10 @@ from typing import IO, Any
 from ...core import Checkpoint, TensorInfo, dtypes, urls
 from ...core import files as fs
 from ...core.chunked import Assembler, Box
-from ...core.files import check_inside, file_size, open_regular, size_of
+from ...core.files import check_inside, file_size, open_regular
 from ...core.io import Window
 from ...errors import CheckpointError, CorruptCheckpointError, UsageError
-from ..registry import _FILE_HOOKS, _FOLDER_HOOKS
+from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, read_json
 from . import zarr
 from .ocdbt import MANIFEST, Store, Value, read_value
 
@@ -235,12 +234,12 @@ def _item_kind(names: list[str]) -> str | None:
 
 
 def _json(path: str) -> dict[str, Any]:
+    """An optional JSON record of orbax's (registry.read_json, bounded); {} where it is absent or unreadable."""
     if not fs.isfile(path):
         return {}
     try:
-        with open_regular(path) as f:
-            data = json.loads(f.read(min(size_of(f), MAX_META)))
-    except (OSError, ValueError, RecursionError, CheckpointError):
+        data = read_json(path, MAX_META, "orbax metadata")
+    except (ValueError, RecursionError, CheckpointError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ...core import files as fs
 from ...core.files import check_inside, file_size, open_regular, size_of
@@ -106,12 +106,17 @@ class _Body:
         return n
 
 
-def _zstd_decompress(file: str, where: str, data: bytes, bound: int) -> bytes:
+def zstandard_module(needs: str) -> Any:
+    """The zstandard module (the `zstd` extra), or the one line saying what `needs` it."""
     try:
         import zstandard
     except ImportError:
-        raise missing_extra(f"{file}: an orbax / tensorstore OCDBT checkpoint (zstd-compressed)", "zstandard",
-                            "zstd") from None
+        raise missing_extra(needs, "zstandard", "zstd") from None
+    return zstandard
+
+
+def _zstd_decompress(file: str, where: str, data: bytes, bound: int) -> bytes:
+    zstandard = zstandard_module(f"{file}: an orbax / tensorstore OCDBT checkpoint (zstd-compressed)")
     out = bytearray()
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
@@ -340,9 +345,6 @@ class Store:
                 self.values[prefix + keys[i]] = Value(None, 0, lengths[i], b.take(lengths[i]))
         if b.left():
             raise b.bad(f"{b.left():,} bytes after its last value")
-
-    def keys(self) -> Iterator[bytes]:
-        return iter(self.values)
 
 
 def read_value(v: Value, what: str) -> bytes:

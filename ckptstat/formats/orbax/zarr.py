@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ...core import dtypes
-from ...errors import CheckpointError, CorruptCheckpointError, missing_extra
+from ...errors import CheckpointError, CorruptCheckpointError
+from .ocdbt import zstandard_module
 
 MAX_RANK = 64
 CODECS = ("zstd", "gzip", "zlib")
@@ -42,7 +43,6 @@ class Array:
     chunks: tuple[int, ...]      # the grid's chunk shape (v3 sharded: the shard's)
     inner: tuple[int, ...]       # the chunk shape values are stored in (v3 sharded: the inner chunks'; else chunks)
     codec: str | None            # compression of a stored (inner) chunk
-    zarr_format: int
     separator: str
     v3_default_keys: bool        # v3 "default" chunk key encoding: `c/i/j`
     sharded: bool = False
@@ -116,7 +116,7 @@ def _v2(meta: dict[str, Any], name: str, shape: tuple[int, ...]) -> Array:
     if sep not in (".", "/"):
         raise ValueError(f"dimension_separator {str(sep)[:8]!r}")
     _check_grid(shape, chunks)
-    return Array(name, dtype, order, shape, chunks, chunks, codec, 2, sep, False, fill_zero=_fill_zero(meta.get("fill_value")))
+    return Array(name, dtype, order, shape, chunks, chunks, codec, sep, False, fill_zero=_fill_zero(meta.get("fill_value")))
 
 
 def _check_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> None:
@@ -187,10 +187,10 @@ def _v3(meta: dict[str, Any], name: str, shape: tuple[int, ...]) -> Array:
         where = sc.get("index_location", "end")
         if where not in ("end", "start"):
             raise ValueError(f"index_location {str(where)[:20]!r}")
-        return Array(name, dtype, order, shape, chunks, inner, codec, 3, sep, default, True, where == "end", index_crc,
+        return Array(name, dtype, order, shape, chunks, inner, codec, sep, default, True, where == "end", index_crc,
                      fill)
     order, codec, _ = _bytes_chain(codecs, "codecs")
-    return Array(name, dtype, order, shape, chunks, chunks, codec, 3, sep, default, fill_zero=fill)
+    return Array(name, dtype, order, shape, chunks, chunks, codec, sep, default, fill_zero=fill)
 
 
 def index_bytes(arr: Array) -> int:
@@ -239,12 +239,9 @@ def decode_chunk(arr: Array, src: io.RawIOBase | IO[bytes], file: str, what: str
             while block := src.read(BLOCK):
                 put(block)
         elif arr.codec == "zstd":
+            zstandard = zstandard_module(f"{file}: zstd-compressed zarr chunks")
             try:
-                import zstandard
-            except ImportError:
-                raise missing_extra(f"{file}: zstd-compressed zarr chunks", "zstandard", "zstd") from None
-            try:
-                reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)  # type: ignore[arg-type]
+                reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
                 while block := reader.read(BLOCK):
                     put(block)
             except zstandard.ZstdError as e:
