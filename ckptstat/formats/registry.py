@@ -121,6 +121,12 @@ def detect(path: str) -> Format:
     raise UnknownFormatError(path, f"not a checkpoint format ckptstat reads (first bytes {probe.head[:8].hex(' ')})")
 
 
+# Keras 3's sharded weights (`model.save_weights("x.weights.json", max_shard_size=...)`, keras saving_lib
+# ShardedH5IOStore; KerasHub's `model.weights.json`): its weight_map keys each layer's variable group
+# (`/layers/dense/vars`) to the shard holding its variables, or to a list of shards where they span several.
+KERAS_INDEX = ".weights.json"
+
+
 # What a Hugging Face model folder may hold, in order of preference.
 FOLDER_CANDIDATES = [
     "model.safetensors.index.json",
@@ -130,6 +136,7 @@ FOLDER_CANDIDATES = [
     "tf_model.h5.index.json",
     "tf_model.h5",
     "model.weights.h5",
+    "model.weights.json",  # Keras 3's sharded weights (KerasHub reads model.weights.h5 first where both are there)
     "checkpoint",          # TF bundle: a text file naming the latest prefix
     "saved_model.pb",      # a TF SavedModel: its variables/ bundle (formats/saved_model.py)
     "model.onnx",          # an Optimum / transformers.js ONNX export
@@ -155,7 +162,8 @@ def resolve_folder(folder: str) -> str:
             shard = pick_shard(found)
             found = [shard] if shard else found
         if len(found) > 1:  # shards without their index, or unrelated files: never pick one silently
-            advice = {".gguf": ", a shard of a GGUF split set opens the whole set"}.get(
+            advice = {".gguf": ", a shard of a GGUF split set opens the whole set",
+                      ".h5": ", or the shards' *.index.json or Keras *.weights.json"}.get(
                 suffix, ", or the shards' *.index.json" if suffix in INDEXED_SUFFIXES else "")
             raise UsageError(f"{folder}: folder holds {len(found)} {suffix} files ({', '.join(found[:4])}"
                              f"{', ...' if len(found) > 4 else ''}); pass one file{advice}")
@@ -178,8 +186,8 @@ def resolve_folder(folder: str) -> str:
 
 # A folder without a FOLDER_CANDIDATES file: the first of these its files end with, in this order of preference; then
 # every other format's extensions (a Lightning run's `last.ckpt`, a `.pt2`, an `.npy`: _folder_suffixes).
-PREFERRED_SUFFIXES = (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index",
-                      ".gguf", ".onnx", ".keras", ".npz", ".msgpack")
+PREFERRED_SUFFIXES = (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", KERAS_INDEX,
+                      ".h5", ".index", ".gguf", ".onnx", ".keras", ".npz", ".msgpack")
 
 INDEXED_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack")   # the weights transformers shards behind a *.index.json
 
@@ -203,19 +211,36 @@ def read_json(path: str, cap: int, what: str) -> Any:
     return json.loads(data.decode("utf-8"))
 
 
-def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
-    """A sharded checkpoint: `{"metadata": {...}, "weight_map": {tensor: shard file}}`; `opened` is called with each
-    shard as it is opened, in order (open_checkpoint)."""
-    index = read_json(path, limits().index_bytes, "index")
+def is_index(path: str) -> bool:
+    """A sharded checkpoint's index: transformers' `*.index.json` or Keras' `*.weights.json`."""
+    return path.endswith((".index.json", KERAS_INDEX))
+
+
+def index_shards(path: str, index: Any) -> dict[str, list[str]]:
+    """Each shard file an index names (a plain file name in its folder) -> the names it maps there: tensors, or a
+    Keras index's variable groups."""
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    keras = path.endswith(KERAS_INDEX)
+    if not isinstance(weight_map, dict):
         raise CorruptCheckpointError(path, "index has no weight_map of tensor name -> shard file")
-    folder = os.path.dirname(path)
     shards: dict[str, list[str]] = {}
-    for name, shard in weight_map.items():
-        if os.path.basename(shard) != shard:
-            raise CorruptCheckpointError(path, f"shard {shard!r} is not a file name in the index's folder")
-        shards.setdefault(shard, []).append(name)
+    for name, value in weight_map.items():
+        listed = value if keras and isinstance(value, list) and value else [value]
+        for shard in listed:
+            if not isinstance(shard, str):
+                raise CorruptCheckpointError(path, f"index maps {name!r} to {str(value)[:60]}, not a shard file name")
+            if os.path.basename(shard) != shard or shard in ("", ".", ".."):
+                raise CorruptCheckpointError(path, f"shard {shard!r} is not a file name in the index's folder")
+            shards.setdefault(shard, []).append(name)
+    return shards
+
+
+def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
+    """A sharded checkpoint: `{"metadata": {...}, "weight_map": {tensor: shard file}}` (Keras: {variable group: shard
+    file or files}); `opened` is called with each shard as it is opened, in order (open_checkpoint)."""
+    index = read_json(path, limits().index_bytes, "index")
+    shards = index_shards(path, index)
+    folder = os.path.dirname(path)
 
     def open_shard(shard: str) -> Checkpoint:
         shard_path = os.path.join(folder, shard)
@@ -232,11 +257,15 @@ def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -
     parts_opened: list[tuple[str, Checkpoint]] = []
     for (shard, names), part in zip(shards.items(), parts):
         shard_path = os.path.join(folder, shard)
-        spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
-        names = [spell(n) for n in names] if spell else names
-        missing = [n for n in names if n not in part.tensors]
+        if path.endswith(KERAS_INDEX):   # a group is there when one of its variables is (`layers/dense/vars/0`)
+            groups = {n.rpartition("/")[0] for n in part.tensors}
+            missing = [n for n in names if n.strip("/") not in groups]
+        else:
+            spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
+            missing = [n for n in (map(spell, names) if spell else names) if n not in part.tensors]
         if missing:
-            raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} tensor(s) here that the shard lacks, "
+            what = "variable group(s)" if path.endswith(KERAS_INDEX) else "tensor(s)"
+            raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} {what} here that the shard lacks, "
                                                      f"e.g. {missing[0]!r}")
         if merged is None:
             merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata),
@@ -253,8 +282,9 @@ def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -
         raise CorruptCheckpointError(path, "index lists no tensors")
     merged.tensors = _joined(parts_opened)
     meta = index.get("metadata")
-    if isinstance(meta, dict) and "total_size" in meta:
-        merged.metadata["index.total_size"] = str(meta["total_size"])
+    if isinstance(meta, dict) and "total_size" in meta:   # (Keras writes a float: 78464.0)
+        total = meta["total_size"]
+        merged.metadata["index.total_size"] = str(int(total) if isinstance(total, float) and total.is_integer() else total)
     merged.dropped = {k: v for k, v in merged.dropped.items() if k not in merged.tensors}
     merged.format += " (sharded)"
     return merged
@@ -411,7 +441,7 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
             # as one line naming the file (errors.reading).
             with reading(target):
-                if target.endswith(".index.json"):
+                if is_index(target):
                     ckpt = _open_index(target, opened)
                 else:
                     opener = _FILE_HOOKS.get(os.path.basename(target))
@@ -432,10 +462,14 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             if cfg_path is not None:
                 if config is None:
                     check_inside(cfg_path, "config", path)
-                ckpt.config = load_config(cfg_path)
-                ckpt.config_path = cfg_path
+                cfg = load_config(cfg_path)
+                keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
+                if keras_hub is not None and keras_hub.is_keras_config(cfg):   # a KerasHub preset's: kept as metadata
+                    keras_hub.describe(ckpt, cfg_path, cfg)
+                else:
+                    ckpt.config, ckpt.config_path = cfg, cfg_path
                 # (beside a config.json found beside the weights, not one the user named elsewhere)
-                sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config) if config is None else None
+                sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config) if config is None and ckpt.config else None
                 if sidecar is not None:
                     check_inside(sidecar, "quantisation record", path)
                     try:
@@ -478,7 +512,8 @@ _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training", 
                         "__0.metadata": "dcp",      # a DCP folder saved without rank coordination (rank-local metadata)
                         "weights": "dcp",           # NeMo 2.0: a Megatron distributed checkpoint in weights/ (dcp/megatron.py)
                         "manifest.ocdbt": "orbax", "_METADATA": "orbax",   # an orbax item: OCDBT, or a folder per array
-                        "_CHECKPOINT_METADATA": "orbax"}                   # ... an orbax step folder of items
+                        "_CHECKPOINT_METADATA": "orbax",                   # ... an orbax step folder of items
+                        "model.weights.h5": "keras_hub", "model.weights.json": "keras_hub"}   # a KerasHub preset
 _ORBAX_MARKERS = frozenset(m for m, module in _FOLDER_HOOK_MODULES.items() if module == "orbax")
 # ... and one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True) (formats/dcp/hf.py SHARD)
 DCP_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")

@@ -63,7 +63,7 @@ def _deepspeed_files(folder: str) -> tuple[list[str], list[str]] | None:
     return (model, [n for n in names if _DS_OPTIM.match(n)]) if model else None
 
 
-def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
+def merge_under(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
     """`part`'s tensors into `base` under `prefix` (its optimizer names and readers with them)."""
     tensors = base.editable()
     for name, t in part.tensors.items():
@@ -140,7 +140,7 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
         opt_path, lr, lr_from = os.path.join(folder, TRAINER_OPTIMIZER), None, "optimizer.pt param_groups"
         if os.path.isfile(opt_path):
             opt = open_file(opt_path)
-            _merged(ckpt, opt, "optimizer.")
+            merge_under(ckpt, opt, "optimizer.")
             lr = (opt.training or {}).get("learning_rate")
             ckpt.optimizer_builder = "transformers Trainer"   # its create_optimizer, unless the run passed its own
     logged = [e["learning_rate"] for e in state.get("log_history") or [] if isinstance(e, dict)
@@ -182,7 +182,7 @@ def _fsdp(folders: tuple[list[str], list[str]], open_file: Callable[[str], Check
     lr = None
     for sub in [*models[1:], *optims]:
         part = open_file(os.path.join(sub, DCP_METADATA))
-        _merged(ckpt, part, "" if sub == (optims or [""])[0] else f"{os.path.basename(sub)}.")
+        merge_under(ckpt, part, "" if sub == (optims or [""])[0] else f"{os.path.basename(sub)}.")
         if lr is None and sub in optims:
             lr = (part.training or {}).get("learning_rate")
     return ckpt, optims[0] if optims else "", lr
@@ -193,14 +193,14 @@ def _deepspeed(folder: str, ds: tuple[list[str], list[str]], open_file: Callable
     zero3 = is_zero3(model_files)   # one model states file per data-parallel rank, the parameters partitioned
     ckpt = open_file(os.path.join(folder, model_files[0]))
     for n in [] if zero3 else model_files[1:]:   # model-parallel ranks: each its own slice of the model
-        _merged(ckpt, open_file(os.path.join(folder, n)), f"{n.removesuffix('_model_states.pt')}.")
+        merge_under(ckpt, open_file(os.path.join(folder, n)), f"{n.removesuffix('_model_states.pt')}.")
     info = dict(ckpt.training or {"library": "DeepSpeed", "global_step": None, "epoch": None, "learning_rate": None})
     from .torch.reader import open_zip  # (the torch reader imports this module)
 
     for n in optim_files:
         with reading(os.path.join(folder, n)):
             part = open_zip(os.path.join(folder, n), DeepSpeedUnpickler)
-        _merged(ckpt, part, part_prefix(n, len(optim_files)))
+        merge_under(ckpt, part, part_prefix(n, len(optim_files)))
         if info.get("learning_rate") is None:
             info["learning_rate"] = (part.training or {}).get("learning_rate")
     if zero3:

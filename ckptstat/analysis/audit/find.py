@@ -1,11 +1,11 @@
 """`ckptstat audit`: which checkpoints live under a root, and the key a finished record is resumed by.
 
-A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoint's `*.index.json` (its shards
-claimed, never audited apart), a TF bundle's `X.index` (its `X.data-*` files and the `checkpoint` pointer
-claimed), a SavedModel folder (everything under it claimed), an ONNX model (the external data files its tensors
-name, as its reader resolves them inside its folder: `_onnx_data`), a torch.distributed.checkpoint folder (its
-`.metadata`, or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter shards are
-there: every rank's file claimed, none a checkpoint alone), an orbax item or step folder (formats/orbax/: everything
+A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoint's `*.index.json` or Keras
+`*.weights.json` (its shards claimed, never audited apart), a TF bundle's `X.index` (its `X.data-*` files and the
+`checkpoint` pointer claimed), a SavedModel folder (everything under it claimed), an ONNX model (the external data
+files its tensors name, as its reader resolves them inside its folder: `_onnx_data`), a torch.distributed.checkpoint
+folder (its `.metadata`, or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter
+shards are there: every rank's file claimed, none a checkpoint alone), an orbax item or step folder (formats/orbax/: everything
 under it claimed; a CheckpointManager's steps are a unit each). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
 or when a loader would read a pickle from its bytes (analysis/scan/ `pickle_bearing`, locally and remotely: a
@@ -38,7 +38,7 @@ from ...errors import (
     short_text,
 )
 from ...formats.orbax import orbax_folder
-from ...formats.registry import DCP_SHARD, detect, read_json
+from ...formats.registry import DCP_SHARD, detect, index_shards, is_index, read_json
 from ...formats.training import trainer_folder
 from ..scan import pickle_bearing
 
@@ -101,14 +101,10 @@ def _is_unit(path: str) -> bool:
 def _shards(index: str) -> list[str]:
     """The shard files an index names (those that are plain file names in its folder)."""
     try:
-        data = read_json(index, _INDEX_CAP, "index")
+        shards = index_shards(index, read_json(index, _INDEX_CAP, "index"))
     except Exception:  # noqa: BLE001 - a broken index is still a unit: its record says what is wrong
         return []
-    wm = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(wm, dict):
-        return []
-    folder = os.path.dirname(index)
-    return sorted({os.path.join(folder, v) for v in wm.values() if isinstance(v, str) and os.path.basename(v) == v})
+    return sorted(os.path.join(os.path.dirname(index), s) for s in shards)
 
 
 def _tf_prefix(path: str) -> str | None:
@@ -226,7 +222,7 @@ def _group(files: list[str], skipped: list[str]) -> list[tuple[str, list[str]]]:
     groups: list[tuple[str, list[str]]] = _dcp_group(files)
     for p in files:
         n = os.path.basename(p)
-        if n.endswith(".index.json"):
+        if is_index(n):
             shards = [s for s in _shards(p) if s in files]
             groups.append((p, [p, *shards]))
         elif n.endswith(".index") and (data := [q for q in files if _tf_prefix(q) == n[:-6]]):

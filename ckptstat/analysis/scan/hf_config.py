@@ -33,12 +33,20 @@ import re
 from typing import IO, Any
 
 from ...core.urls import file_name, is_url
+from ...formats.keras_hub import is_keras_config
 from .chat_templates import HF_RENDERERS, config_templates, template_report
 from .jinja import SHOWN
+from .keras import keras_report
 
+# KerasHub presets' Keras object configs (keras_hub/src/utils/preset_utils.py: the backbone's config.json, task.json, and
+# the tokenizer's, preprocessor's and converters'), which from_preset rebuilds with keras.saving.deserialize_keras_object
+KERAS_HUB_CONFIGS = frozenset({"config.json", "task.json", "tokenizer.json", "preprocessor.json", "audio_converter.json",
+                               "image_converter.json", "video_converter.json"})
+KERAS_HUB_LOADER = "keras_hub's from_preset (keras.saving.deserialize_keras_object)"
 CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
                      "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
-                     "image_processor_config.json", "modules.json", "model_index.json", "modular_config.json"})
+                     "image_processor_config.json", "modules.json", "model_index.json", "modular_config.json",
+                     *KERAS_HUB_CONFIGS})
 CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
 # `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
 CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
@@ -177,6 +185,9 @@ def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     folder = None if is_url(path) else os.path.dirname(os.path.abspath(path))
+    if name in KERAS_HUB_CONFIGS and is_keras_config(config):   # a KerasHub preset's: Keras' rules (scan/keras.py)
+        keras = keras_report(path, f"KerasHub {name}", [(name, config)], KERAS_HUB_LOADER)
+        return keras if keras["status"] != "safe" else None
     if name == ST_MODULES and isinstance(config, list):
         found: dict[str, str | int] = {}
         code, loader = st_modules(config, folder), ST_CODE

@@ -28,8 +28,10 @@ import builtins
 import json
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import CorruptCheckpointError
+from .torch_load import plain_report
 
 MAX_NODES = 1_000_000   # JSON values looked at in a Keras config
 
@@ -133,3 +135,36 @@ def config_findings(config: object, source: str, path: str | None = None) -> lis
         elif isinstance(node, list):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
     return found
+
+
+def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
+    """The scan report of Keras configs (the rules above): bytecode and standard-library or non-modeling
+    imports are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
+    record = {f: source for source, config in configs for f in config_findings(config, source, path)}
+    found = sorted(record, key=lambda f: f.where)
+    bytecode = [f for f in found if f.kind == "bytecode"]
+    imports = [f for f in found if f.kind == "import"]
+    custom = [f for f in found if f.kind == "custom"]
+
+    def listed(fs: list[KerasFinding]) -> str:
+        shown = "; ".join(f"{f.where}: {f.what}" for f in fs[:4])
+        return shown + (f" ... ({len(fs)} in all)" if len(fs) > 4 else "")
+    parts = []
+    if imports:
+        parts.append(f"UNSAFE: {loader} would import (and may call) {listed(imports)} (keras before 3.9, or 3.11 for "
+                     "keras.* non-modeling APIs, does so even with safe_mode=True)")
+    if bytecode:
+        parts.append(("UNSAFE: " if not imports else "") + f"{loader}(safe_mode=False) would run the Python bytecode of: "
+                     + listed(bytecode))
+    if custom:
+        parts.append(("SUSPICIOUS: " if not parts else "") + f"modules outside Keras: {listed(custom)}; keras before 3.9 "
+                     "imports them even with safe_mode=True (their code runs); vet them before loading")
+    verdict = " | ".join(parts) if parts else \
+        "safe: the config holds no Lambda layer or __lambda__ function and names only Keras' own modules"
+    return plain_report(
+        path, fmt, f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
+        "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
+        [{"record": record[f], "offset": 0, "file_offset": None, "opcode": "Lambda" if f.kind == "bytecode" else "module",
+          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports],
+        sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())),
+        [f"{f.where}: {f.what}: {f.why}" for f in custom], [], verdict)

@@ -65,7 +65,7 @@ from .hf_config import is_config_file, is_generate_file, judge_config, judge_gen
 from .hub_zip import judge_file as judge_hub
 from .hub_zip import tail as zip_tail
 from .joblib_arrays import judge_plain as judge_plain_joblib
-from .keras import KerasFinding, PastBounds, config_findings, load_config
+from .keras import PastBounds, keras_report, load_config
 from .nemo import judge_nemo
 from .package import judge_package
 from .pt2 import judge_export
@@ -192,39 +192,6 @@ def npy_members(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
     return found
 
 
-def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
-    """The scan report of a Keras config (analysis/scan/keras.py): bytecode and standard-library or non-modeling
-    imports are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
-    record = {f: source for source, config in configs for f in config_findings(config, source, path)}
-    found = sorted(record, key=lambda f: f.where)
-    bytecode = [f for f in found if f.kind == "bytecode"]
-    imports = [f for f in found if f.kind == "import"]
-    custom = [f for f in found if f.kind == "custom"]
-
-    def listed(fs: list[KerasFinding]) -> str:
-        shown = "; ".join(f"{f.where}: {f.what}" for f in fs[:4])
-        return shown + (f" ... ({len(fs)} in all)" if len(fs) > 4 else "")
-    parts = []
-    if imports:
-        parts.append(f"UNSAFE: {loader} would import (and may call) {listed(imports)} (keras before 3.9, or 3.11 for "
-                     "keras.* non-modeling APIs, does so even with safe_mode=True)")
-    if bytecode:
-        parts.append(("UNSAFE: " if not imports else "") + f"{loader}(safe_mode=False) would run the Python bytecode of: "
-                     + listed(bytecode))
-    if custom:
-        parts.append(("SUSPICIOUS: " if not parts else "") + f"modules outside Keras: {listed(custom)}; keras before 3.9 "
-                     "imports them even with safe_mode=True (their code runs); vet them before loading")
-    verdict = " | ".join(parts) if parts else \
-        "safe: the config holds no Lambda layer or __lambda__ function and names only Keras' own modules"
-    return plain_report(
-        path, fmt, f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
-        "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
-        [{"record": record[f], "offset": 0, "file_offset": None, "opcode": "Lambda" if f.kind == "bytecode" else "module",
-          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports],
-        sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())),
-        [f"{f.where}: {f.what}: {f.why}" for f in custom], [], verdict)
-
-
 def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
     try:
         return _keras_zip(path, zf)
@@ -261,7 +228,7 @@ def _keras_zip(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
                                "scan reads")
     with zf.open(info) as member:
         config = load_config(member.read(MAX_CONFIG + 1).decode("utf-8"), "config.json", path)
-    return _keras_report(path, "keras (zip)", [("config.json", config)], "keras.saving.load_model")
+    return keras_report(path, "keras (zip)", [("config.json", config)], "keras.saving.load_model")
 
 
 def _keras_h5_configs(path: str, f: IO[bytes]) -> dict[str, Any]:
@@ -290,9 +257,9 @@ def _keras_h5_configs(path: str, f: IO[bytes]) -> dict[str, Any]:
                 raise CorruptCheckpointError(path, f"attribute {key!r} is not one JSON string")
             configs.append((key, load_config(text[0], key, path)))
     if not configs:
-        return _keras_report(path, "hdf5", [], "keras.saving.load_model") | {
+        return keras_report(path, "hdf5", [], "keras.saving.load_model") | {
             "verdict": "safe: no model_config attribute (weights only: load_weights reads arrays, runs nothing)"}
-    return _keras_report(path, "keras (h5)", configs, "keras.saving.load_model")
+    return keras_report(path, "keras (h5)", configs, "keras.saving.load_model")
 
 
 def _numpy_report(t: Trace) -> dict[str, Any]:

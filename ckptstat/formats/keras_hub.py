@@ -1,0 +1,111 @@
+"""KerasHub preset folders (keras_hub `save_to_preset`, keras_hub/src/utils/preset_utils.py; docs/keras_hub.md).
+
+A preset holds `config.json`, the backbone's Keras object config (`{"module", "class_name": "GemmaBackbone",
+"config": {...}, "registered_name": "keras_hub>GemmaBackbone"}`, not a transformers config); `metadata.json`
+(`keras_version`, `keras_hub_version`, `parameter_count`: the backbone's `count_params()`, and the `tasks` it
+serves); the backbone's weights, `model.weights.h5`, or Keras' sharded `model.weights.json` where the backbone is
+over `max_shard_size` (10 GB by default); and for a task preset `task.json` (the task's config, its backbone nested)
+with `task.weights.h5`, the weights the task adds to its backbone (a classifier's head: `Task.save_task_weights`
+leaves the backbone's out). Tokenizer and preprocessor files and `assets/` hold no weights.
+
+The folder is read as `keras_hub.models.Task.from_preset` loads it (the backbone's weights, then the task's): the
+backbone's tensors under their HDF5 names, the task's under `task/` (both name their first Dense
+`layers/dense/vars/0`). The config is kept as metadata (`keras.class_name`...), never read as a transformers
+config, and metadata.json's parameter_count is checked against the backbone's variables read from the file.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..core import Checkpoint
+from ..core.files import check_inside
+from ..core.limits import limits
+from ..errors import CheckpointError, reading
+from .registry import _FOLDER_HOOKS, read_json
+from .training import merge_under
+
+CONFIG, METADATA, TASK_CONFIG = "config.json", "metadata.json", "task.json"
+BACKBONE_WEIGHTS = ("model.weights.h5", "model.weights.json")   # in the order KerasHub's loader tries them
+TASK_WEIGHTS = "task.weights.h5"
+TASK_PREFIX = "task/"
+
+
+def is_keras_config(cfg: object) -> bool:
+    """A Keras object config (`keras.saving.serialize_keras_object`: class_name and config, with module or
+    registered_name), which no transformers config is (those are flat and name model_type)."""
+    return (isinstance(cfg, dict) and isinstance(cfg.get("class_name"), str) and isinstance(cfg.get("config"), dict)
+            and ("module" in cfg or "registered_name" in cfg) and "model_type" not in cfg)
+
+
+def _json(ckpt: Checkpoint, path: str, what: str) -> Any:
+    """An optional record of the preset (metadata.json, task.json): None, with a note, where it cannot be read."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        check_inside(path, what)   # (a preset's file linked out of the folder is refused, as its weights are)
+        with reading(path, f"cannot read {what}"):
+            return read_json(path, limits().config_bytes, what)
+    except CheckpointError as e:   # the weights still answer
+        ckpt.notes.append(f"{e}; ignored")
+        return None
+
+
+def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> None:
+    """Keep a Keras object config found beside weights as metadata, with the preset's metadata.json, and say why
+    no architecture is resolved from it (registry.open_checkpoint calls this instead of using it as config.json);
+    a backbone's weights file (not task.weights.h5) is checked against metadata.json's parameter_count."""
+    folder = os.path.dirname(config_path)
+    ckpt.metadata["keras.class_name"] = str(cfg["class_name"])[:200]
+    for key in ("module", "registered_name"):
+        if isinstance(cfg.get(key), str):
+            ckpt.metadata[f"keras.{key}"] = cfg[key][:200]
+    meta = _json(ckpt, os.path.join(folder, METADATA), "KerasHub metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    for key in ("keras_version", "keras_hub_version", "parameter_count", "date_saved"):
+        if isinstance(meta.get(key), (str, int)) and not isinstance(meta.get(key), bool):
+            ckpt.metadata[f"keras.{key}"] = str(meta[key])[:200]
+    task = _json(ckpt, os.path.join(folder, TASK_CONFIG), "KerasHub task config")
+    if isinstance(task, dict) and is_keras_config(task):
+        ckpt.metadata["keras.task_class_name"] = str(task["class_name"])[:200]
+    library = f"KerasHub {meta['keras_hub_version'][:40]}" if isinstance(meta.get("keras_hub_version"), str) else "Keras"
+    ckpt.notes.append(f"{os.path.basename(config_path)} is the {library} config of a {cfg['class_name'][:80]}, not a "
+                      "transformers config: no architecture, FLOPs or memory model is built from it")
+    claimed = meta.get("parameter_count")
+    if isinstance(claimed, int) and not isinstance(claimed, bool) and os.path.basename(ckpt.path) in BACKBONE_WEIGHTS:
+        backbone = sum(t.numel for name, t in ckpt.tensors.items()
+                       if not name.startswith((TASK_PREFIX, "optimizer/")))
+        verdict = "equal to" if backbone == claimed else f"NOT equal to the {backbone:,} of"
+        ckpt.notes.append(f"{METADATA}: parameter_count {claimed:,} (the backbone's count_params()), {verdict} the "
+                          "backbone's variables in its weights file")
+
+
+def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
+    """A KerasHub preset folder as one Checkpoint (registry._FOLDER_HOOKS); None for any other folder (a Keras
+    `model.weights.h5` without a Keras object config beside it is a plain file in its folder)."""
+    cfg_path = os.path.join(folder, CONFIG)
+    if not os.path.isfile(cfg_path) or not any(os.path.lexists(os.path.join(folder, n)) for n in BACKBONE_WEIGHTS):
+        return None
+    check_inside(cfg_path, "config")
+    with reading(cfg_path, "cannot read config"):
+        cfg = read_json(cfg_path, limits().config_bytes, "config")
+    if not is_keras_config(cfg):
+        return None
+    weights = next((p for n in BACKBONE_WEIGHTS if os.path.isfile(p := os.path.join(folder, n))), None)
+    if weights is None:
+        raise CheckpointError(folder, f"a KerasHub preset ({CONFIG} is a Keras config) without "
+                                      f"{' or '.join(BACKBONE_WEIGHTS)}")
+    ckpt = open_file(weights)   # (described from the config.json beside it: registry.open_checkpoint calls describe)
+    task_weights = os.path.join(folder, TASK_WEIGHTS)
+    if os.path.lexists(task_weights):
+        task = open_file(task_weights)
+        task.notes = [n for n in task.notes if n not in ckpt.notes]   # (the config's, said once)
+        merge_under(ckpt, task, TASK_PREFIX)
+        ckpt.notes.append(f"{TASK_WEIGHTS} (the task's own weights, its backbone's left out) read under "
+                          f"`{TASK_PREFIX}`, beside the backbone's {os.path.basename(weights)}")
+    ckpt.path = folder
+    return ckpt
+
+
+_FOLDER_HOOKS.append(open_folder)

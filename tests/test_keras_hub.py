@@ -1,0 +1,265 @@
+"""KerasHub presets and Keras 3 sharded weights (ckptstat/formats/keras_hub.py, registry's `*.weights.json`;
+docs/keras_hub.md): fixtures written by keras 3.15 and keras_hub 0.32 themselves (fixtures/make_keras_hub.py), whose
+oracle is what h5py lists in the files and what keras / keras_hub rebuild from the folder (count_params(), every
+variable's values)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import fixture
+
+from ckptstat import open_checkpoint, summarize
+from ckptstat.analysis.audit.find import discover
+from ckptstat.analysis.scan import scan_path
+from ckptstat.core import dtypes
+from ckptstat.errors import CheckpointError, ExternalReferenceError
+
+with open(fixture("expected_keras_hub.json")) as f:
+    EXPECTED = json.load(f)
+CASES = sorted(k for k, v in EXPECTED.items() if isinstance(v, dict))
+TASK = "task.weights.h5"
+
+
+def _ours(dataset: str) -> str:
+    """A dataset h5py listed (`file:path`) by the name ckptstat gives it: the task's under `task/`."""
+    file, path = dataset.split(":", 1)
+    return f"task/{path}" if file == TASK else path
+
+
+def _digest(ck, name: str) -> str:
+    return hashlib.sha256(np.asarray(ck.read(name)).astype("<f8").tobytes()).hexdigest()
+
+
+def _folder(case: str) -> str:
+    return fixture(EXPECTED[case]["path"])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_dataset_and_value_is_what_keras_rebuilds(case):
+    rec = EXPECTED[case]
+    with open_checkpoint(_folder(case)) as ck:
+        assert sorted(ck.tensors) == sorted(_ours(d) for d in rec["datasets"])
+        for dataset, d in rec["datasets"].items():
+            t = ck[_ours(dataset)]
+            assert list(t.shape) == d["shape"], dataset
+            assert t.dtype == ("BF16" if d["dtype"] == "bfloat16" else dtypes.NUMPY_NAMES[d["dtype"]]), dataset
+        model = [n for n in ck.tensors if "optimizer/" not in n]
+        assert sorted([list(ck[n].shape), _digest(ck, n)] for n in model) == sorted(rec["values"])
+        if "optimizer_values" in rec:
+            optimizer = [n for n in ck.tensors if n.startswith("optimizer/")]
+            assert sorted([list(ck[n].shape), _digest(ck, n)] for n in optimizer) == sorted(rec["optimizer_values"])
+        if "shards" in rec:
+            assert ck.format == "keras-h5 (sharded)"
+            shards = [os.path.basename(f) for f in ck.files if f.endswith(".h5") and not f.endswith(TASK)]
+            assert sorted(shards) == rec["shards"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_counts_as_keras_does(case):
+    rec = EXPECTED[case]
+    report = summarize(_folder(case))
+    statistics = sum(r["elements"] for r in report["non_parameters"] if r["role"] == "non-trainable")
+    assert report["parameters"]["unique"] + statistics == rec["count_params"]   # (keras counts BatchNorm's statistics)
+    optimizer = [r for r in report["non_parameters"] if r["role"] == "optimizer"]
+    assert sum(r["tensors"] for r in optimizer) == rec["optimizer_variables"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "backbone_count_params" in EXPECTED[c]])
+def test_a_preset_is_described_from_its_own_records(case):
+    rec = EXPECTED[case]
+    with open(os.path.join(_folder(case), "config.json")) as f:
+        config = json.load(f)
+    report = summarize(_folder(case))
+    assert report["config"] is None and report["architecture"] is not None
+    meta = report["metadata"]
+    assert meta["keras.class_name"] == config["class_name"] and meta["keras.registered_name"] == config["registered_name"]
+    assert meta["keras.parameter_count"] == str(rec["backbone_count_params"])
+    assert meta["keras.keras_hub_version"] == EXPECTED["keras_hub"]
+    notes = " ".join(report["notes"])
+    assert f"KerasHub {EXPECTED['keras_hub']} config of a {config['class_name']}, not a transformers config" in notes
+    assert f"parameter_count {rec['backbone_count_params']:,} (the backbone's count_params()), equal to" in notes
+    # the backbone alone, as Backbone.from_preset reads it: its weights file, opened by name
+    weights = next(n for n in ("model.weights.h5", "model.weights.json") if os.path.exists(os.path.join(_folder(case), n)))
+    alone = summarize(os.path.join(_folder(case), weights))
+    assert alone["parameters"]["unique"] == rec["backbone_count_params"]
+    assert alone["metadata"]["keras.class_name"] == config["class_name"]
+
+
+def test_a_task_preset_reads_its_head_beside_the_backbone():
+    rec = EXPECTED["bert-classifier"]
+    report = summarize(_folder("bert-classifier"))
+    assert report["metadata"]["keras.task_class_name"] == "BertTextClassifier"
+    assert any(f"{TASK} (the task's own weights" in n for n in report["notes"])
+    head = summarize(os.path.join(_folder("bert-classifier"), TASK))   # the head alone: no parameter_count check
+    assert head["parameters"]["unique"] == rec["count_params"] - rec["backbone_count_params"]
+    assert not any("parameter_count" in n for n in head["notes"])
+
+
+def test_the_file_and_its_folder_agree(cli):
+    folder = _folder("keras-sharded")
+    by_index = open_checkpoint(os.path.join(folder, "model.weights.json"))
+    by_folder = open_checkpoint(folder)
+    assert list(by_index.tensors) == list(by_folder.tensors)
+    assert by_index.metadata["index.total_size"] == by_folder.metadata["index.total_size"]
+    assert float(by_index.metadata["index.total_size"]) == sum(t.nbytes for t in by_index)   # Keras sums them
+    for command in ("summary", "tensors", "stats"):
+        rc, out, err = cli(command, folder)
+        assert rc == 0 and not err, (command, err)
+    rc, out, err = cli("diff", folder, os.path.join(folder, "model.weights.json"))
+    assert rc == 0, err
+
+
+def test_a_layer_whose_variables_span_shards_is_read_whole():
+    rec = EXPECTED["keras-sharded"]
+    assert rec["groups_in_several_shards"]
+    with open_checkpoint(_folder("keras-sharded")) as ck:
+        for group in rec["groups_in_several_shards"]:
+            names = [n for n in ck.tensors if n.rpartition("/")[0] == group.strip("/")]
+            assert len({ck[n].file for n in names}) > 1, group
+
+
+def test_shards_without_their_index_are_not_picked_silently(tmp_path, cli):
+    for n in os.listdir(_folder("keras-sharded")):
+        if n.endswith(".h5"):
+            shutil.copy(os.path.join(_folder("keras-sharded"), n), tmp_path / n)
+    rc, out, err = cli("summary", str(tmp_path))
+    assert rc == 2 and "Keras *.weights.json" in err and "Traceback" not in err
+
+
+# --- hostile indexes ---------------------------------------------------------------------------------------------
+
+def _copy(tmp_path, case: str = "keras-sharded"):
+    dst = tmp_path / "m"
+    shutil.copytree(_folder(case), dst)
+    return dst
+
+
+def _rewrite(folder, edit) -> str:
+    p = folder / "model.weights.json"
+    index = json.loads(p.read_text())
+    edit(index)
+    p.write_text(json.dumps(index))
+    return str(p)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda i: i["weight_map"].update({"/layers/dense/vars": ["../outside.weights.h5"]}), "is not a file name"),
+    (lambda i: i["weight_map"].update({"/layers/dense/vars": "/etc/passwd"}), "is not a file name"),
+    (lambda i: i["weight_map"].update({"/layers/dense/vars": [3]}), "not a shard file name"),
+    (lambda i: i["weight_map"].update({"/layers/dense/vars": {"a": 1}}), "not a shard file name"),
+    (lambda i: i["weight_map"].update({"/layers/dense/vars": ["model_00009.weights.h5"]}), "is missing"),
+    (lambda i: i["weight_map"].update({"/layers/nothing/vars": "model_00000.weights.h5"}), "variable group(s) here that"),
+    (lambda i: i.update({"weight_map": ["model_00000.weights.h5"]}), "no weight_map"),
+    (lambda i: i.pop("weight_map"), "no weight_map"),
+    (lambda i: i["weight_map"].clear(), "lists no tensors"),
+])
+def test_a_hostile_index_is_one_line(tmp_path, cli, edit, says):
+    index = _rewrite(_copy(tmp_path), edit)
+    with pytest.raises(CheckpointError, match="model"):
+        open_checkpoint(index)
+    rc, out, err = cli("summary", index)
+    assert rc != 0 and says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_variable_in_two_shards_is_refused(tmp_path, cli):
+    import h5py
+
+    folder = _copy(tmp_path)
+    with open_checkpoint(str(folder)) as ck:
+        home = os.path.basename(ck["layers/dense_1/vars/0"].file)
+    other = next(n for n in sorted(os.listdir(folder)) if n.endswith(".h5") and n != home)
+    with h5py.File(folder / home, "r") as src, h5py.File(folder / other, "a") as dst:
+        src.copy("layers/dense_1/vars/0", dst.require_group("layers/dense_1/vars"), "0")   # a second copy elsewhere
+    rc, out, err = cli("summary", str(folder))
+    assert rc != 0 and "tensor 'layers/dense_1/vars/0' also appears in another shard" in err, err
+
+
+def test_a_shard_linked_out_of_the_folder_is_refused(tmp_path, cli):
+    folder = _copy(tmp_path)
+    outside = tmp_path / "elsewhere.h5"
+    os.replace(folder / "model_00001.weights.h5", outside)
+    os.symlink(outside, folder / "model_00001.weights.h5")
+    with pytest.raises(ExternalReferenceError):
+        open_checkpoint(str(folder))
+    rc, out, err = cli("summary", str(folder))
+    assert rc != 0 and "outside the checkpoint" in err
+
+
+def test_a_huge_index_is_refused_before_it_is_read(tmp_path, cli):
+    folder = _copy(tmp_path)
+    with open(folder / "model.weights.json", "w") as f:
+        f.write('{"weight_map": {' + ", ".join(f'"/l{i}/vars": "model_00000.weights.h5"' for i in range(2000)) + "}}")
+    rc, out, err = cli("--limit", "index_bytes=1000", "summary", str(folder))
+    assert rc != 0 and "more than the 1,000" in err
+
+
+# --- a preset's own records ----------------------------------------------------------------------------------------
+
+def test_a_parameter_count_that_disagrees_is_said(tmp_path):
+    folder = _copy(tmp_path, "gemma-bf16")
+    meta = json.loads((folder / "metadata.json").read_text())
+    meta["parameter_count"] += 1
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    notes = " ".join(summarize(str(folder))["notes"])
+    assert f"parameter_count {meta['parameter_count']:,}" in notes and "NOT equal to the" in notes
+
+
+@pytest.mark.parametrize("bad", [b"{not json", b"[1, 2]", None])
+def test_a_broken_or_outside_metadata_is_noted_and_the_weights_still_answer(tmp_path, bad):
+    folder = _copy(tmp_path, "gemma-bf16")
+    if bad is None:
+        os.replace(folder / "metadata.json", tmp_path / "metadata.json")
+        os.symlink(tmp_path / "metadata.json", folder / "metadata.json")
+    else:
+        (folder / "metadata.json").write_bytes(bad)
+    report = summarize(str(folder))
+    assert report["parameters"]["unique"] == EXPECTED["gemma-bf16"]["count_params"]
+    assert "keras.parameter_count" not in report["metadata"]
+    if bad != b"[1, 2]":
+        assert any("metadata" in n and "ignored" in n for n in report["notes"])
+
+
+def test_a_transformers_config_beside_keras_weights_is_still_a_config(tmp_path):
+    folder = _copy(tmp_path, "gemma-bf16")
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma", "class_name": "x", "config": {},
+                                                    "module": "y"}))
+    report = summarize(str(folder))
+    assert report["config"] is not None and "keras.class_name" not in report["metadata"]
+
+
+# --- audit and scan ------------------------------------------------------------------------------------------------
+
+def test_audit_takes_a_sharded_index_as_one_unit_with_its_shards():
+    units, _ = discover(fixture("keras-sharded"))
+    assert [os.path.basename(u.path) for u in units] == ["model.weights.json"]
+    assert sorted(os.path.basename(f) for f in units[0].files) == ["model.weights.json", *EXPECTED["keras-sharded"]["shards"]]
+
+
+def test_scan_of_a_clean_preset_reports_only_its_weights():
+    report = scan_path(_folder("bert-classifier"))
+    assert {os.path.basename(r["path"]) for r in report["files"]} == {
+        "task.weights.h5", *EXPECTED["bert-classifier"]["shards"]}
+    assert all(r["status"] == "safe" for r in report["files"])
+
+
+@pytest.mark.parametrize("name", ["config.json", "task.json"])
+@pytest.mark.parametrize("planted, status", [
+    ({"module": "os", "class_name": "system", "config": {}}, "unsafe"),
+    ({"module": "keras.layers", "class_name": "Lambda", "config": {"function": {"class_name": "__lambda__",
+                                                                                  "config": {"code": "4wEA"}}}}, "unsafe"),
+    ({"module": "my_layers", "class_name": "Custom", "config": {}}, "unknown"),
+])
+def test_scan_judges_a_preset_config_by_keras_rules(tmp_path, name, planted, status):
+    folder = _copy(tmp_path, "bert-classifier")
+    config = json.loads((folder / name).read_text())
+    config["config"]["planted"] = planted
+    (folder / name).write_text(json.dumps(config))
+    report = scan_path(str(folder))
+    judged = [r for r in report["files"] if os.path.basename(r["path"]) == name]
+    assert judged and judged[0]["status"] == status, judged
+    assert "keras_hub's from_preset" in judged[0]["torch_load"] and judged[0]["format"] == f"KerasHub {name}"
