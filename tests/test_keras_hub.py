@@ -18,6 +18,7 @@ from ckptstat.analysis.audit.find import discover
 from ckptstat.analysis.scan import scan_path
 from ckptstat.core import dtypes
 from ckptstat.errors import CheckpointError, ExternalReferenceError
+from ckptstat.formats import keras_hub as keras_hub_format
 
 with open(fixture("expected_keras_hub.json")) as f:
     EXPECTED = json.load(f)
@@ -75,13 +76,12 @@ def test_a_preset_is_described_from_its_own_records(case):
     with open(os.path.join(_folder(case), "config.json")) as f:
         config = json.load(f)
     report = summarize(_folder(case))
-    assert report["config"] is None and report["architecture"] is not None
     meta = report["metadata"]
     assert meta["keras.class_name"] == config["class_name"] and meta["keras.registered_name"] == config["registered_name"]
     assert meta["keras.parameter_count"] == str(rec["backbone_count_params"])
     assert meta["keras.keras_hub_version"] == EXPECTED["keras_hub"]
     notes = " ".join(report["notes"])
-    assert f"KerasHub {EXPECTED['keras_hub']} config of a {config['class_name']}, not a transformers config" in notes
+    assert f"KerasHub {EXPECTED['keras_hub']} config of a {config['class_name']}, " in notes
     assert f"parameter_count {rec['backbone_count_params']:,} (the backbone's count_params()), equal to" in notes
     # the backbone alone, as Backbone.from_preset reads it: its weights file, opened by name
     weights = next(n for n in ("model.weights.h5", "model.weights.json") if os.path.exists(os.path.join(_folder(case), n)))
@@ -263,3 +263,100 @@ def test_scan_judges_a_preset_config_by_keras_rules(tmp_path, name, planted, sta
     judged = [r for r in report["files"] if os.path.basename(r["path"]) == name]
     assert judged and judged[0]["status"] == status, judged
     assert "keras_hub's from_preset" in judged[0]["torch_load"] and judged[0]["format"] == f"KerasHub {name}"
+
+
+# --- a preset's config read as the transformers config keras_hub converted it from -----------------------------------
+
+CONVERTED = sorted(k for k in CASES if k.startswith("converted/"))
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in cfg.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+@pytest.mark.parametrize("case", CONVERTED)
+def test_a_converted_preset_answers_as_the_transformers_model_it_came_from(case):
+    from coverage_walk import ours
+
+    want = EXPECTED[case]["transformers"]
+    by, flops, cache, params, _ = ours("causal", _folder(case))
+    assert (by, flops, cache, params) == ("static", want["flops"], want["cache_bytes"], want["num_parameters"])
+    report = summarize(_folder(case))
+    assert report["parameters"]["unique"] == want["num_parameters"] == EXPECTED[case]["count_params"]
+    assert report["resolved"]["model"] == want["class"] and report["config"].endswith("config.json")
+
+
+@pytest.mark.parametrize("case", CONVERTED)
+def test_each_key_read_back_is_the_one_transformers_saved(case):
+    saved = _flat(EXPECTED[case]["transformers"]["config"])
+    with open_checkpoint(_folder(case)) as ck:
+        read = _flat(ck.config)
+    assert read.pop("architectures") == [EXPECTED[case]["transformers"]["class"]]
+    assert read and {k: saved.get(k) for k in read} == read
+
+
+def test_the_table_is_the_fixtures_keras_hub():
+    with open(os.path.join(os.path.dirname(keras_hub_format.__file__), "keras_hub_configs.json")) as f:
+        written_by = json.load(f)["written_by"]
+    assert f"keras_hub {EXPECTED['keras_hub']}" in written_by
+    assert {c.split("/")[1] for c in CONVERTED} == set(keras_hub_format._table()["model_types"])
+
+
+def _with_config(tmp_path, case: str, edit) -> str:
+    folder = _copy(tmp_path, case)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config["config"])
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_model_types_sharing_a_backbone_are_told_apart_by_the_importers_constants(tmp_path):
+    assert summarize(_folder("gemma-bf16"))["resolved"]["model"] == "GemmaForCausalLM"   # KerasHub's own Gemma
+    assert summarize(_folder("converted/gemma2"))["resolved"]["model"] == "Gemma2ForCausalLM"
+    gemma1 = _with_config(tmp_path, "converted/gemma2", lambda c: c.update(use_post_ffw_norm=False))
+    assert summarize(gemma1)["resolved"]["model"] == "GemmaForCausalLM"
+
+
+def test_a_backbone_the_table_lacks_says_so():
+    report = summarize(_folder("bert-classifier"))
+    assert report["config"] is None and report["analytic"] is None
+    assert any("BertBackbone, not a transformers config, and no transformers model type is known" in n
+               for n in report["notes"])
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda c: c.update(intermediate_dim=63), "intermediate_dim 63"),     # Gemma's is twice transformers' size
+    (lambda c: c.update(num_layers="2"), "num_layers '2'"),
+    (lambda c: c.update(hidden_dim=[32]), "hidden_dim [32]"),
+])
+def test_a_config_no_importer_writes_is_not_translated(tmp_path, cli, edit, says):
+    folder = _with_config(tmp_path, "gemma-bf16", edit)
+    report = summarize(folder)
+    assert report["config"] is None and report["parameters"]["unique"] == EXPECTED["gemma-bf16"]["count_params"]
+    assert any(says in n and "not what keras_hub's importer makes" in n for n in report["notes"])
+    rc, out, err = cli("flops", folder)
+    assert rc != 0 and "Traceback" not in err
+
+
+def test_a_feature_the_backbone_goes_without_is_not_given_by_a_default(tmp_path):
+    folder = _with_config(tmp_path, "converted/mistral", lambda c: c.update(sliding_window=None))
+    with open_checkpoint(folder) as ck:
+        assert ck.config["sliding_window"] is None   # (transformers' MistralConfig would default it)
+
+
+@pytest.mark.parametrize("command", ["flops", "memory", "summary", "report"])
+def test_the_commands_answer_for_a_converted_preset(cli, command, tmp_path):
+    args = [command, _folder("converted/qwen3_moe")] + (["-o", str(tmp_path / "r.html")] if command == "report" else [])
+    rc, out, err = cli(*args)
+    assert rc == 0 and not err.strip(), err
+
+
+def test_ties_does_not_compare_keras_names_with_the_models(cli):
+    rc, out, err = cli("ties", _folder("converted/llama"), "--json")
+    report = json.loads(out)
+    row = next(r for r in report["counting"]["rows"] if r["convention"].startswith("model.parameters()"))
+    assert rc == 0 and row["params"] == EXPECTED["converted/llama"]["transformers"]["num_parameters"]
+    assert not row["differences"] and "Keras' HDF5 paths" in report["cross_check"]["reason"]

@@ -10,11 +10,14 @@ leaves the backbone's out). Tokenizer and preprocessor files and `assets/` hold 
 
 The folder is read as `keras_hub.models.Task.from_preset` loads it (the backbone's weights, then the task's): the
 backbone's tensors under their HDF5 names, the task's under `task/` (both name their first Dense
-`layers/dense/vars/0`). The config is kept as metadata (`keras.class_name`...), never read as a transformers
-config, and metadata.json's parameter_count is checked against the backbone's variables read from the file.
+`layers/dense/vars/0`). The config is kept as metadata (`keras.class_name`...) and read as the transformers config
+keras_hub converted it from where its importers cover the class (keras_hub_configs.json, written from them by
+fixtures/make_keras_hub_configs.py); metadata.json's parameter_count is checked against the backbone's variables.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +33,7 @@ CONFIG, METADATA, TASK_CONFIG = "config.json", "metadata.json", "task.json"
 BACKBONE_WEIGHTS = ("model.weights.h5", "model.weights.json")   # in the order KerasHub's loader tries them
 TASK_WEIGHTS = "task.weights.h5"
 TASK_PREFIX = "task/"
+TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keras_hub_configs.json")
 
 
 def is_keras_config(cfg: object) -> bool:
@@ -52,10 +56,59 @@ def _json(ckpt: Checkpoint, path: str, what: str) -> Any:
         return None
 
 
-def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> None:
-    """Keep a Keras object config found beside weights as metadata, with the preset's metadata.json, and say why
-    no architecture is resolved from it (registry.open_checkpoint calls this instead of using it as config.json);
-    a backbone's weights file (not task.weights.h5) is checked against metadata.json's parameter_count."""
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    with open(TABLE, encoding="utf-8") as f:
+        table: dict[str, Any] = json.load(f)
+    return table
+
+
+def transformers_config(cfg: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The transformers config a KerasHub backbone config reads as, by keras_hub's own importers
+    (keras_hub_configs.json, fixtures/make_keras_hub_configs.py), and what was done; (None, why) where the table
+    has no model type for the class, or its config cannot be one of them."""
+    name, inner = str(cfg["class_name"])[:80], cfg["config"]
+    candidates = {mt: e for mt, e in _table()["model_types"].items() if e["backbone"] == name}
+    if len(candidates) > 1:   # a backbone class several model types convert to (Gemma, Gemma 2): the importer's constants
+        fits = {mt: e for mt, e in candidates.items() if all(inner.get(k) == v for k, v in e["constants"].items())}
+        most = max((len(e["constants"]) for e in fits.values()), default=0)
+        candidates = {mt: e for mt, e in fits.items() if len(e["constants"]) == most}
+    if len(candidates) != 1:
+        why = "no transformers model type is known for it" if not candidates else \
+            f"it fits {len(candidates)} transformers model types ({', '.join(sorted(candidates))})"
+        return None, f"not a transformers config, and {why}: no architecture, FLOPs or memory model is built from it"
+    (model_type, entry), = candidates.items()
+    out: dict[str, Any] = {"model_type": model_type, "architectures": list(entry["architectures"])}
+    for key, (path, relation) in entry["keys"].items():
+        if key not in inner:   # (the transformers default stands)
+            continue
+        value = inner[key]
+        if value is None:   # a feature the backbone goes without (Mistral's sliding_window): without it in transformers
+            _put(out, path, None)
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (relation == 1 and (number or isinstance(value, bool)) or relation == "not" and isinstance(value, bool)
+                or isinstance(relation, int) and number and isinstance(value, int) and value % relation == 0):
+            return None, (f"its {key} {value!r:.40} is not what keras_hub's importer makes of a transformers "
+                          f"{path}: no architecture, FLOPs or memory model is built from it")
+        _put(out, path, (not value) if relation == "not" else value // relation if relation != 1 else value)
+    return out, (f"read as the transformers {model_type} config keras_hub converts to it ({entry['architectures'][0]}; "
+                 "formats/keras_hub_configs.json)")
+
+
+def _put(cfg: dict[str, Any], path: str, value: Any) -> None:
+    """cfg[a][b] = value for the path `a.b` (transformers 5's `rope_parameters.rope_theta`)."""
+    *parents, leaf = path.split(".")
+    for p in parents:
+        cfg = cfg.setdefault(p, {})
+    cfg[leaf] = value
+
+
+def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """Keep a Keras object config found beside weights as metadata, with the preset's metadata.json; the
+    transformers config it reads as (transformers_config), else None, with a note either way (registry.open_checkpoint
+    uses it as config.json). A backbone's weights file (not task.weights.h5) is checked against metadata.json's
+    parameter_count."""
     folder = os.path.dirname(config_path)
     ckpt.metadata["keras.class_name"] = str(cfg["class_name"])[:200]
     for key in ("module", "registered_name"):
@@ -70,8 +123,8 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> None:
     if isinstance(task, dict) and is_keras_config(task):
         ckpt.metadata["keras.task_class_name"] = str(task["class_name"])[:200]
     library = f"KerasHub {meta['keras_hub_version'][:40]}" if isinstance(meta.get("keras_hub_version"), str) else "Keras"
-    ckpt.notes.append(f"{os.path.basename(config_path)} is the {library} config of a {cfg['class_name'][:80]}, not a "
-                      "transformers config: no architecture, FLOPs or memory model is built from it")
+    translated, how = transformers_config(cfg)
+    ckpt.notes.append(f"{os.path.basename(config_path)} is the {library} config of a {cfg['class_name'][:80]}, {how}")
     claimed = meta.get("parameter_count")
     if isinstance(claimed, int) and not isinstance(claimed, bool) and os.path.basename(ckpt.path) in BACKBONE_WEIGHTS:
         backbone = sum(t.numel for name, t in ckpt.tensors.items()
@@ -79,6 +132,7 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> None:
         verdict = "equal to" if backbone == claimed else f"NOT equal to the {backbone:,} of"
         ckpt.notes.append(f"{METADATA}: parameter_count {claimed:,} (the backbone's count_params()), {verdict} the "
                           "backbone's variables in its weights file")
+    return translated
 
 
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:

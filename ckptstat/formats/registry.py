@@ -464,9 +464,9 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     check_inside(cfg_path, "config", path)
                 cfg = load_config(cfg_path)
                 keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
-                if keras_hub is not None and keras_hub.is_keras_config(cfg):   # a KerasHub preset's: kept as metadata
-                    keras_hub.describe(ckpt, cfg_path, cfg)
-                else:
+                if keras_hub is not None and keras_hub.is_keras_config(cfg):   # a KerasHub preset's (formats/keras_hub.py)
+                    cfg = keras_hub.describe(ckpt, cfg_path, cfg)
+                if cfg is not None:
                     ckpt.config, ckpt.config_path = cfg, cfg_path
                 # (beside a config.json found beside the weights, not one the user named elsewhere)
                 sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config) if config is None and ckpt.config else None
