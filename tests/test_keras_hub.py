@@ -282,7 +282,7 @@ def test_a_converted_preset_answers_as_the_transformers_model_it_came_from(case)
     from coverage_walk import ours
 
     want = EXPECTED[case]["transformers"]
-    by, flops, cache, params, _ = ours("causal", _folder(case))
+    by, flops, cache, params, _ = ours(want["task"], _folder(case))
     assert (by, flops, cache, params) == ("static", want["flops"], want["cache_bytes"], want["num_parameters"])
     report = summarize(_folder(case))
     assert report["parameters"]["unique"] == want["num_parameters"] == EXPECTED[case]["count_params"]
@@ -320,10 +320,23 @@ def test_model_types_sharing_a_backbone_are_told_apart_by_the_importers_constant
     assert summarize(gemma1)["resolved"]["model"] == "GemmaForCausalLM"
 
 
-def test_a_backbone_the_table_lacks_says_so():
+def test_a_task_preset_with_its_own_head_gets_no_model_but_its_backbone_does():
     report = summarize(_folder("bert-classifier"))
     assert report["config"] is None and report["analytic"] is None
-    assert any("BertBackbone, not a transformers config, and no transformers model type is known" in n
+    assert any("BertBackbone, read as the transformers BertModel alone: with the task's head (BertTextClassifier) no "
+               "architecture" in n for n in report["notes"])
+    backbone = summarize(os.path.join(_folder("bert-classifier"), "model.weights.json"))
+    assert backbone["resolved"]["model"] == "BertModel" and backbone["analytic"] is not None
+
+
+def test_a_backbone_the_table_lacks_says_so(tmp_path):
+    folder = _copy(tmp_path, "gemma-bf16")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(class_name="PhiBackbone", registered_name="keras_hub>PhiBackbone")
+    (folder / "config.json").write_text(json.dumps(config))
+    report = summarize(str(folder))
+    assert report["config"] is None and report["analytic"] is None
+    assert any("PhiBackbone, not a transformers config, and no transformers model type is known" in n
                for n in report["notes"])
 
 

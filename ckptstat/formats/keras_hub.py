@@ -122,9 +122,8 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[st
     task = _json(ckpt, os.path.join(folder, TASK_CONFIG), "KerasHub task config")
     if isinstance(task, dict) and is_keras_config(task):
         ckpt.metadata["keras.task_class_name"] = str(task["class_name"])[:200]
-    library = f"KerasHub {meta['keras_hub_version'][:40]}" if isinstance(meta.get("keras_hub_version"), str) else "Keras"
     translated, how = transformers_config(cfg)
-    ckpt.notes.append(f"{os.path.basename(config_path)} is the {library} config of a {cfg['class_name'][:80]}, {how}")
+    ckpt.notes.append(_config_note(ckpt, how))
     claimed = meta.get("parameter_count")
     if isinstance(claimed, int) and not isinstance(claimed, bool) and os.path.basename(ckpt.path) in BACKBONE_WEIGHTS:
         backbone = sum(t.numel for name, t in ckpt.tensors.items()
@@ -133,6 +132,12 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[st
         ckpt.notes.append(f"{METADATA}: parameter_count {claimed:,} (the backbone's count_params()), {verdict} the "
                           "backbone's variables in its weights file")
     return translated
+
+
+def _config_note(ckpt: Checkpoint, how: str) -> str:
+    version = ckpt.metadata.get("keras.keras_hub_version")
+    library = f"KerasHub {version}" if version else "Keras"
+    return f"{CONFIG} is the {library} config of a {ckpt.metadata['keras.class_name']}, {how}"
 
 
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
@@ -158,6 +163,14 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoi
         merge_under(ckpt, task, TASK_PREFIX)
         ckpt.notes.append(f"{TASK_WEIGHTS} (the task's own weights, its backbone's left out) read under "
                           f"`{TASK_PREFIX}`, beside the backbone's {os.path.basename(weights)}")
+        if ckpt.config is not None:   # the translation is the backbone's: no transformers class holds this head
+            model = ckpt.config["architectures"][0]
+            ckpt.notes = [n for n in ckpt.notes if not n.startswith(f"{CONFIG} is the ")]
+            ckpt.notes.insert(0, _config_note(ckpt, f"read as the transformers {model} alone: with the task's head "
+                                                    f"({ckpt.metadata.get('keras.task_class_name', 'task.json')}) no "
+                                                    "architecture, FLOPs or memory model is built (open "
+                                                    f"{os.path.basename(weights)} for the backbone's)"))
+            ckpt.config = ckpt.config_path = None
     ckpt.path = folder
     return ckpt
 
