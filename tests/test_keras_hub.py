@@ -22,7 +22,7 @@ from ckptstat.formats import keras_hub as keras_hub_format
 
 with open(fixture("expected_keras_hub.json")) as f:
     EXPECTED = json.load(f)
-CASES = sorted(k for k, v in EXPECTED.items() if isinstance(v, dict))
+CASES = sorted(k for k, v in EXPECTED.items() if isinstance(v, dict) and "path" in v)
 TASK = "task.weights.h5"
 
 
@@ -373,3 +373,30 @@ def test_ties_does_not_compare_keras_names_with_the_models(cli):
     row = next(r for r in report["counting"]["rows"] if r["convention"].startswith("model.parameters()"))
     assert rc == 0 and row["params"] == EXPECTED["converted/llama"]["transformers"]["num_parameters"]
     assert not row["differences"] and "Keras' HDF5 paths" in report["cross_check"]["reason"]
+
+
+@pytest.mark.parametrize("tokenizer", sorted(EXPECTED["tokenizer_reads"]))
+@pytest.mark.parametrize("name, nested", [("tokenizer.json", False), ("preprocessor.json", True)])
+def test_scan_calls_a_tokenizer_that_reads_a_file_unsafe(tmp_path, tokenizer, name, nested):
+    rec = EXPECTED["tokenizer_reads"][tokenizer]   # which of them keras_hub reads with safe_mode on: recorded there
+    folder = _copy(tmp_path, "gemma-bf16")
+    config = json.loads(json.dumps(rec["config"]).replace("SECRET", "/home/user/.ssh/id_rsa"))
+    if nested:
+        config = {"module": "keras_hub.src.models.gemma.gemma_causal_lm_preprocessor", "class_name":
+                  "GemmaCausalLMPreprocessor", "config": {"tokenizer": config}, "registered_name": "x"}
+    (folder / name).write_text(json.dumps(config))
+    report = scan_path(str(folder))
+    judged = [r for r in report["files"] if os.path.basename(r["path"]) == name]
+    assert judged and judged[0]["status"] == "unsafe"
+    assert f"{tokenizer} {rec['argument']} = '/home/user/.ssh/id_rsa'" in judged[0]["verdict"]
+    assert ("even with safe_mode on" in judged[0]["findings"][0]["why"]) == rec["read_in_safe_mode"]
+
+
+@pytest.mark.parametrize("value", [None, ["a", "b"], "QUJD" * 600])   # assets, a list, an inline SentencePiece proto
+def test_a_tokenizer_that_reads_no_file_is_not_listed(tmp_path, value):
+    folder = _copy(tmp_path, "gemma-bf16")
+    (folder / "tokenizer.json").write_text(json.dumps({
+        "module": "keras_hub.src.models.gemma.gemma_tokenizer", "class_name": "GemmaTokenizer",
+        "config": {"name": "t", "proto": value, "vocabulary": value if isinstance(value, list) else None},
+        "registered_name": "keras_hub>GemmaTokenizer"}))
+    assert [os.path.basename(r["path"]) for r in scan_path(str(folder))["files"]] == ["model.weights.h5"]

@@ -18,8 +18,11 @@ function) resolves each in `_retrieve_class_or_fn`:
 - `Lambda` layers and `__lambda__` objects hold marshalled bytecode, which only safe_mode=False rebuilds
   (`python_utils.func_load`).
 
-So: bytecode, a Python standard-library module (`os`, `subprocess`, `builtins.eval`, ...) and a Keras
-non-modeling API are findings (unsafe); a module of any other package (a user's custom layers, a third-party
+A keras_hub tokenizer whose config names a file (`vocabulary`, `merges`, `proto`, `special_tokens`,
+`language_tokens` as a path: a preset keeps its vocabulary in `assets/`) reads that file while it is built.
+
+So: bytecode, a Python standard-library module (`os`, `subprocess`, `builtins.eval`, ...), a Keras non-modeling API
+and a tokenizer's file are findings (unsafe); a module of any other package (a user's custom layers, a third-party
 library) is suspicious (status "unknown": what importing it runs is that package's code).
 """
 from __future__ import annotations
@@ -65,8 +68,35 @@ def _short(v: object, n: int = 120) -> str:
     return str(v)[:n]
 
 
+# keras_hub tokenizers' arguments that name a file to read while the object is built (tokenizers/word_piece_tokenizer.py
+# `set_vocabulary`, byte_pair_tokenizer.py, sentence_piece_tokenizer.py `set_proto`, models/whisper/whisper_tokenizer.py
+# `_load_dict`, models/parseq/parseq_tokenizer.py): a preset keeps its vocabulary in `assets/`, its config saying null
+TOKENIZER_FILES = ("vocabulary", "merges", "proto", "special_tokens", "language_tokens")
+INLINE_PROTO = 2048   # sentence_piece_tokenizer.py: a longer base64 string is the model itself, not a path
+# ... those that read it even with safe_mode on (keras_hub 0.32; the others check since keras-hub PR 2517, January 2026):
+# fixtures/make_keras_hub.py watches keras_hub open the file
+READS_IN_SAFE_MODE = frozenset({"PARSeqTokenizer", "WhisperTokenizer"})
+
+
+def _tokenizer_file(cls: object, inner: object) -> tuple[str, str] | None:
+    """(argument, path) of a tokenizer whose config names a file for it to read, else None."""
+    if not isinstance(cls, str) or not cls.endswith("Tokenizer") or not isinstance(inner, dict):
+        return None
+    for key in TOKENIZER_FILES:
+        value = inner.get(key)
+        if isinstance(value, str) and value and not (key == "proto" and len(value) > INLINE_PROTO):
+            return key, value
+    return None
+
+
 def _object(node: dict[str, object], where: str) -> KerasFinding | None:
     cls, inner, module = node.get("class_name"), node.get("config"), node.get("module")
+    if (read := _tokenizer_file(cls, inner)) is not None:
+        when = "even with safe_mode on (keras_hub 0.32)" if cls in READS_IN_SAFE_MODE else \
+            "with safe_mode off, or with safe_mode on before keras-hub's fix (PR 2517, January 2026)"
+        return KerasFinding(where, "file", f"{_short(cls, 80)} {read[0]} = {_short(read[1], 120)!r}",
+                            f"keras_hub reads the file this names into the tokenizer while loading, {when}: a file "
+                            "outside the model, its contents then in the model")
     if cls == "Lambda":
         name = inner.get("name") if isinstance(inner, dict) else None
         return KerasFinding(where, "bytecode", f"Lambda layer {_short(name, 80)!r}",
@@ -137,14 +167,18 @@ def config_findings(config: object, source: str, path: str | None = None) -> lis
     return found
 
 
+_OPCODE = {"bytecode": "Lambda", "import": "module", "file": "file"}
+
+
 def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
-    """The scan report of Keras configs (the rules above): bytecode and standard-library or non-modeling
-    imports are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
+    """The scan report of Keras configs (the rules above): bytecode, standard-library or non-modeling imports and
+    tokenizer files are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
     record = {f: source for source, config in configs for f in config_findings(config, source, path)}
     found = sorted(record, key=lambda f: f.where)
     bytecode = [f for f in found if f.kind == "bytecode"]
     imports = [f for f in found if f.kind == "import"]
     custom = [f for f in found if f.kind == "custom"]
+    files = [f for f in found if f.kind == "file"]
 
     def listed(fs: list[KerasFinding]) -> str:
         shown = "; ".join(f"{f.where}: {f.what}" for f in fs[:4])
@@ -156,6 +190,8 @@ def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader:
     if bytecode:
         parts.append(("UNSAFE: " if not imports else "") + f"{loader}(safe_mode=False) would run the Python bytecode of: "
                      + listed(bytecode))
+    if files:
+        parts.append(("UNSAFE: " if not parts else "") + f"{loader} would read files outside the model: {listed(files)}")
     if custom:
         parts.append(("SUSPICIOUS: " if not parts else "") + f"modules outside Keras: {listed(custom)}; keras before 3.9 "
                      "imports them even with safe_mode=True (their code runs); vet them before loading")
@@ -164,7 +200,8 @@ def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader:
     return plain_report(
         path, fmt, f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
         "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
-        [{"record": record[f], "offset": 0, "file_offset": None, "opcode": "Lambda" if f.kind == "bytecode" else "module",
-          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports],
-        sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())),
+        [{"record": record[f], "offset": 0, "file_offset": None, "opcode": _OPCODE[f.kind],
+          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports + files],
+        sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())
+               | ({"keras_hub tokenizer file read"} if files else set())),
         [f"{f.where}: {f.what}: {f.why}" for f in custom], [], verdict)
