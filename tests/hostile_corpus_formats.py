@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import zipfile
 from typing import Any
 
 import h5py
 import numpy as np
 import onnx
+from conftest import fixture
 from onnx import TensorProto, helper
 from safetensors.numpy import save_file
 from test_hostile_formats import DEEP, EVIL, NAME_CASES, _Canary, _keras
@@ -24,7 +26,8 @@ WAVE_CASE_NAMES = [
     "keras Lambda layer", "keras config importing os.system", "keras h5 model_config importing os.system",
     "keras config nested 100,000 deep", "safetensors header nested 100,000 deep", "keras deflated weights, 40 datasets",
     "keras weights with external storage", "onnx 1M float16 varints", "onnx unterminated varint",
-    "onnx external data symlinked out",
+    "onnx external data symlinked out", "keras sharded index naming a shard outside",
+    "keras sharded shard symlinked out", "kerashub config of 10^12 layers",
 ]
 
 
@@ -113,3 +116,24 @@ def add_wave_cases(tmp, cases: dict[str, Any], Case: type, outside) -> None:
         ext.external_data.add(key=k, value=v)
     onnx.save_model(helper.make_model(helper.make_graph([], "g", [], [], initializer=[ext])), str(folder / "model.onnx"))
     cases["onnx external data symlinked out"] = Case(str(folder / "model.onnx"), "open", "symlink")
+
+    # Keras 3 sharded weights and KerasHub presets (docs/keras_hub.md)
+    for label, edit in (("keras sharded index naming a shard outside", "index"), ("keras sharded shard symlinked out",
+                                                                                   "link")):
+        folder = tmp / f"keras-sharded-{edit}"
+        shutil.copytree(fixture("keras-sharded"), folder)
+        if edit == "index":
+            index = json.loads((folder / "model.weights.json").read_text())
+            index["weight_map"]["/layers/dense/vars"] = ["../../outside/data.bin"]
+            (folder / "model.weights.json").write_text(json.dumps(index))
+        else:
+            shutil.copy(folder / "model_00001.weights.h5", outside / "shard.h5")
+            os.unlink(folder / "model_00001.weights.h5")
+            os.symlink(outside / "shard.h5", folder / "model_00001.weights.h5")
+        cases[label] = Case(str(folder), "open", "not a file name" if edit == "index" else "outside the checkpoint")
+    folder = tmp / "kerashub-layers"
+    shutil.copytree(fixture("keras-hub", "converted", "llama"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["config"]["num_layers"] = 10**12
+    (folder / "config.json").write_text(json.dumps(config))
+    cases["kerashub config of 10^12 layers"] = Case(str(folder), "ok", "num_hidden_layers", expect={"flops": 2})
