@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import fixture
+from test_remote import fresh_sources  # noqa: F401  (empty caches, quick retries, no full downloads)
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.analysis.audit.find import discover
@@ -400,3 +401,50 @@ def test_a_tokenizer_that_reads_no_file_is_not_listed(tmp_path, value):
         "config": {"name": "t", "proto": value, "vocabulary": value if isinstance(value, list) else None},
         "registered_name": "keras_hub>GemmaTokenizer"}))
     assert [os.path.basename(r["path"]) for r in scan_path(str(folder))["files"]] == ["model.weights.h5"]
+
+
+# --- over https:// and hf:// (h5py reads the remote file object: range requests) ----------------------------------
+
+def _json_of(cli, *args: str) -> tuple[int, dict | None, str]:
+    rc, out, err = cli(*args, "--json")
+    return rc, (json.loads(out) if rc == 0 else None), err
+
+
+def _same(report: dict, local: dict, url: str, path: str) -> None:
+    for r in (report, local):
+        for k in ("path", "files", "seconds", "fetched", "file_size", "checkpoint", "config"):
+            r.pop(k, None)
+    assert json.loads(json.dumps(report).replace(url.rstrip("/"), "X")) == \
+        json.loads(json.dumps(local).replace(path, "X"))
+
+
+@pytest.mark.parametrize("case", ["converted/llama", "gemma-sharded", "bert-classifier", "keras-sharded"])
+def test_a_preset_over_https_and_hf_reads_as_the_local_one(cli, monkeypatch, fresh_sources, case):
+    from remote_server import Server
+
+    folder = _folder(case)
+    local = {cmd: _json_of(cli, cmd, folder)[1] for cmd in ("summary", "stats")}
+    with Server(fixture(), hub={"org/keras": folder}) as s:
+        monkeypatch.setenv("HF_ENDPOINT", s.url)
+        for url in (f"{s.url}/{EXPECTED[case]['path']}/", "hf://org/keras"):
+            for cmd in ("summary", "stats"):
+                rc, report, err = _json_of(cli, cmd, url)
+                assert rc == 0, err
+                _same(report, local[cmd], url, folder)
+
+
+@pytest.mark.parametrize("behaviour", [{"claim": 64}, {"overlong": 7}, {"ranges": False}, {"drop": True},
+                                       {"failures": {"/keras-hub/gemma-sharded/model_00001.weights.h5": [503] * 3}}])
+def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(cli, fresh_sources, behaviour):
+    """Values are never invented from what a server claims: the report equals the local one, or one line says why."""
+    from remote_server import Server
+
+    folder = _folder("gemma-sharded")
+    _, local, _ = _json_of(cli, "stats", folder)
+    with Server(fixture(), **behaviour) as s:
+        url = f"{s.url}/keras-hub/gemma-sharded/"
+        rc, report, err = _json_of(cli, "stats", url)
+    if rc == 0:
+        _same(report, local, url, folder)
+    else:
+        assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

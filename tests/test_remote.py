@@ -666,7 +666,7 @@ def test_a_reply_longer_than_asked_is_refused():
         assert sources.METER.bytes == 0   # refused from its headers, before a byte of the body
 
 
-@pytest.mark.parametrize("args, why", [(["keras2/full.h5"], "keras-h5 files are read from local files only"),
+@pytest.mark.parametrize("args, why", [(["keras3-zip/mlp.keras"], "keras (zip) files are read from local files only"),
                                        (["onnx/dtypes.onnx"], "onnx files are read from local files only")])
 # (`ckptstat scan URL` reads remote files: tests/test_scan_remote.py)
 def test_local_only_readers_say_so(server, capsys, args, why):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import re
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -26,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # numpy loads only when values are read
     from numpy.typing import NDArray
 
-from ..core import Checkpoint, TensorInfo, dtypes
-from ..core.files import external_allowed, refuse_external, regular
+from ..core import Checkpoint, TensorInfo, dtypes, urls
+from ..core.files import external_allowed, file_size, open_regular, refuse_external, regular
 from ..core.limits import limits
 from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError, MissingDependencyError, reading
@@ -111,13 +110,13 @@ def member(group: Any, name: str, path: str, depth: int = 0) -> Any:
     return obj
 
 
-def _check_storage(dset: Any, path: str) -> bool:
+def _check_storage(dset: Any, path: str, root: Any) -> bool:
     """Whether the dataset's values live outside the file (external raw storage, a virtual dataset,
     a dataset reached through an external link): refused unless --allow-external, else True."""
     h5py = _h5py()
     external = dset.external
     virtual = bool(dset.is_virtual)
-    elsewhere = os.path.realpath(dset.file.filename) != os.path.realpath(path)
+    elsewhere = dset.file != root   # (reached through an external link: h5py opened another file)
     if not (external or virtual or elsewhere):
         return False
     if not external_allowed():
@@ -152,8 +151,8 @@ def _dtype(dset: Any) -> tuple[str, str]:
     return _KINDS[key], "big" if dt.byteorder == ">" else "little"
 
 
-def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None = None) -> TensorInfo:
-    outside = _check_storage(dset, path)
+def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None, root: Any) -> TensorInfo:
+    outside = _check_storage(dset, path, root)
     dtype, order = _dtype(dset)
     shape = tuple(int(d) for d in dset.shape)
     numel = math.prod(shape)
@@ -262,16 +261,22 @@ def open_h5(path: str) -> Checkpoint:
         return _open_h5(path)
 
 
-def _open_h5(path: str) -> Checkpoint:
+def _h5_file(path: str) -> Any:
+    """h5py's File over the local file, or over a URL's remote file (range requests: h5py reads any seekable file
+    object; core/files.py open_regular)."""
     h5py = _h5py()
-    size = os.path.getsize(path)
     try:
         # HDF5 opens links and external files relative to the file's folder (the default); nothing is
         # followed before member() and _check_storage have looked at it.
-        f = h5py.File(path, "r")
+        return h5py.File(open_regular(path) if urls.is_url(path) else path, "r")
     except OSError as e:
         raise CorruptCheckpointError(path, f"not a readable HDF5 file ({e})") from None
-    with f:
+
+
+def _open_h5(path: str) -> Checkpoint:
+    h5py = _h5py()
+    size = file_size(path)
+    with _h5_file(path) as f:
         layout = "hdf5"
         mw = member(f, "model_weights", path) if "model_weights" in f else None
         weights_root = mw if isinstance(mw, h5py.Group) else f
@@ -300,11 +305,11 @@ def _open_h5(path: str) -> Checkpoint:
                     # again (HF TFBertForMaskedLM's `mlm___cls` holds the input embedding layer;
                     # tf_keras legacy/saving/hdf5_format.py save_weights_to_hdf5_group). Keras counts
                     # a variable once (count_params); the second copy is kept out, its bytes overhead.
-                    _check_storage(dset, path)
+                    _check_storage(dset, path, f)
                     copies += 1
                     continue
                 name = dset.name.lstrip("/")   # two different weights under one name: keep both, qualified
-            tensors[name] = _info(name, dset, path, size, h5_path)
+            tensors[name] = _info(name, dset, path, size, h5_path, f)
         metadata = {f"h5.{k}": attribute(f, k)[0] for k in ("backend", "keras_version") if k in f.attrs}
         metadata["h5.layout"] = layout
         if copies:
@@ -346,9 +351,9 @@ def read_h5(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
         return read_flat_file(info, start, count)
     import numpy as np
 
-    h5py = _h5py()
-    regular(info.file)   # h5py opens it itself: a file swapped for a FIFO must not block it
-    with h5py.File(info.file, "r") as f:
+    if not urls.is_url(info.file):
+        regular(info.file)   # h5py opens it itself: a file swapped for a FIFO must not block it
+    with _h5_file(info.file) as f:
         dset = f[str(info.extra["h5_path"])]
         if tuple(dset.shape) != info.shape:
             raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..core import Checkpoint
+from ..core import Checkpoint, files, urls
 from ..core.files import check_inside
 from ..core.limits import limits
 from ..errors import CheckpointError, reading
@@ -43,9 +43,14 @@ def is_keras_config(cfg: object) -> bool:
             and ("module" in cfg or "registered_name" in cfg) and "model_type" not in cfg)
 
 
+def _there(path: str) -> bool:
+    """A file is there (a local symlink, dangling or out of the folder, too: refused where it is read)."""
+    return files.isfile(path) if urls.is_url(path) else os.path.lexists(path)
+
+
 def _json(ckpt: Checkpoint, path: str, what: str) -> Any:
     """An optional record of the preset (metadata.json, task.json): None, with a note, where it cannot be read."""
-    if not os.path.lexists(path):
+    if not _there(path):
         return None
     try:
         check_inside(path, what)   # (a preset's file linked out of the folder is refused, as its weights are)
@@ -109,23 +114,23 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[st
     transformers config it reads as (transformers_config), else None, with a note either way (registry.open_checkpoint
     uses it as config.json). A backbone's weights file (not task.weights.h5) is checked against metadata.json's
     parameter_count."""
-    folder = os.path.dirname(config_path)
+    folder = files.dirname(config_path)
     ckpt.metadata["keras.class_name"] = str(cfg["class_name"])[:200]
     for key in ("module", "registered_name"):
         if isinstance(cfg.get(key), str):
             ckpt.metadata[f"keras.{key}"] = cfg[key][:200]
-    meta = _json(ckpt, os.path.join(folder, METADATA), "KerasHub metadata")
+    meta = _json(ckpt, files.join(folder, METADATA), "KerasHub metadata")
     meta = meta if isinstance(meta, dict) else {}
     for key in ("keras_version", "keras_hub_version", "parameter_count", "date_saved"):
         if isinstance(meta.get(key), (str, int)) and not isinstance(meta.get(key), bool):
             ckpt.metadata[f"keras.{key}"] = str(meta[key])[:200]
-    task = _json(ckpt, os.path.join(folder, TASK_CONFIG), "KerasHub task config")
+    task = _json(ckpt, files.join(folder, TASK_CONFIG), "KerasHub task config")
     if isinstance(task, dict) and is_keras_config(task):
         ckpt.metadata["keras.task_class_name"] = str(task["class_name"])[:200]
     translated, how = transformers_config(cfg)
     ckpt.notes.append(_config_note(ckpt, how))
     claimed = meta.get("parameter_count")
-    if isinstance(claimed, int) and not isinstance(claimed, bool) and os.path.basename(ckpt.path) in BACKBONE_WEIGHTS:
+    if isinstance(claimed, int) and not isinstance(claimed, bool) and urls.file_name(ckpt.path) in BACKBONE_WEIGHTS:
         backbone = sum(t.numel for name, t in ckpt.tensors.items()
                        if not name.startswith((TASK_PREFIX, "optimizer/")))
         verdict = "equal to" if backbone == claimed else f"NOT equal to the {backbone:,} of"
@@ -143,33 +148,31 @@ def _config_note(ckpt: Checkpoint, how: str) -> str:
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
     """A KerasHub preset folder as one Checkpoint (registry._FOLDER_HOOKS); None for any other folder (a Keras
     `model.weights.h5` without a Keras object config beside it is a plain file in its folder)."""
-    cfg_path = os.path.join(folder, CONFIG)
-    if not os.path.isfile(cfg_path) or not any(os.path.lexists(os.path.join(folder, n)) for n in BACKBONE_WEIGHTS):
+    listing = set(files.listdir(folder))   # (a URL folder's listing: one request)
+    cfg_path = files.join(folder, CONFIG)
+    if CONFIG not in listing or not listing.intersection(BACKBONE_WEIGHTS):
         return None
     check_inside(cfg_path, "config")
     with reading(cfg_path, "cannot read config"):
         cfg = read_json(cfg_path, limits().config_bytes, "config")
     if not is_keras_config(cfg):
         return None
-    weights = next((p for n in BACKBONE_WEIGHTS if os.path.isfile(p := os.path.join(folder, n))), None)
-    if weights is None:
-        raise CheckpointError(folder, f"a KerasHub preset ({CONFIG} is a Keras config) without "
-                                      f"{' or '.join(BACKBONE_WEIGHTS)}")
+    weights = files.join(folder, next(n for n in BACKBONE_WEIGHTS if n in listing))
     ckpt = open_file(weights)   # (described from the config.json beside it: registry.open_checkpoint calls describe)
-    task_weights = os.path.join(folder, TASK_WEIGHTS)
-    if os.path.lexists(task_weights):
+    task_weights = files.join(folder, TASK_WEIGHTS)
+    if TASK_WEIGHTS in listing:
         task = open_file(task_weights)
         task.notes = [n for n in task.notes if n not in ckpt.notes]   # (the config's, said once)
         merge_under(ckpt, task, TASK_PREFIX)
         ckpt.notes.append(f"{TASK_WEIGHTS} (the task's own weights, its backbone's left out) read under "
-                          f"`{TASK_PREFIX}`, beside the backbone's {os.path.basename(weights)}")
+                          f"`{TASK_PREFIX}`, beside the backbone's {urls.file_name(weights)}")
         if ckpt.config is not None:   # the translation is the backbone's: no transformers class holds this head
             model = ckpt.config["architectures"][0]
             ckpt.notes = [n for n in ckpt.notes if not n.startswith(f"{CONFIG} is the ")]
             ckpt.notes.insert(0, _config_note(ckpt, f"read as the transformers {model} alone: with the task's head "
                                                     f"({ckpt.metadata.get('keras.task_class_name', 'task.json')}) no "
                                                     "architecture, FLOPs or memory model is built (open "
-                                                    f"{os.path.basename(weights)} for the backbone's)"))
+                                                    f"{urls.file_name(weights)} for the backbone's)"))
             ckpt.config = ckpt.config_path = None
     ckpt.path = folder
     return ckpt

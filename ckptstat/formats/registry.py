@@ -308,10 +308,10 @@ def _joined(parts: list[tuple[str, Checkpoint]]) -> Mapping[str, TensorInfo]:
 
 
 # Formats whose readers take every byte through the core entry points (open_regular, file_size, pread), so
-# that a URL reads as a file does (docs/remote.md); the others (h5py, TF bundles, ONNX, numpy and Keras zips)
-# read local files only.
+# that a URL reads as a file does (docs/remote.md; h5py reads the remote file object); the others (TF bundles, ONNX,
+# numpy and Keras zips) read local files only.
 REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)", "flax (msgpack)",
-                            "pytorch export (.pt2)", "nemo (.nemo)", "pickle (numpy arrays)"})
+                            "pytorch export (.pt2)", "nemo (.nemo)", "pickle (numpy arrays)", "keras-h5"})
 
 
 def _open_file(path: str) -> Checkpoint:
@@ -394,6 +394,10 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         path = snapshot   # ~/.cache/huggingface/hub/models--org--name: the revision refs/main names, opened as itself
     allow = allow_external_default() if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
+    def open_inside(p: str) -> Checkpoint:
+        check_inside(p, "file", path)   # before it is opened: each file is opened as one named, link or not
+        return open_checkpoint(p, config, allow_external=allow)
+
     with scoped(scope):
         if not urls.is_url(path) and os.path.isdir(path):   # a folder a reader module reads as a whole
             for marker, module in _FOLDER_HOOK_MODULES.items():   # (a plain model folder imports none of them)
@@ -401,9 +405,6 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     importlib.import_module(f"{__package__}.{module}")
             if any(DCP_SHARD.match(n) for n in os.listdir(path)):
                 importlib.import_module(f"{__package__}.dcp.hf")
-            def open_inside(p: str) -> Checkpoint:
-                check_inside(p, "file", path)   # before it is opened: each file is opened as one named, link or not
-                return open_checkpoint(p, config, allow_external=allow)
             for read_folder in _FOLDER_HOOKS:
                 with reading(path):
                     whole = read_folder(path, open_inside)
@@ -411,12 +412,13 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     for f in whole.files:   # every file it read inside the folder (a symlink out of it is refused)
                         check_inside(f, "file", path)
                     return whole
-        if urls.is_url(path) and files.isdir(path) and _ORBAX_MARKERS.intersection(files.listdir(path)):
-            with reading(path):   # an orbax item or step folder over a URL (formats/orbax/), read as the local one
-                remote: Checkpoint = importlib.import_module(f"{__package__}.orbax").open_folder(path)
-            for f in remote.files:
-                check_inside(f, "file", path)
-            return remote
+        if urls.is_url(path) and files.isdir(path) and (read_url := _url_folder_hook(files.listdir(path))):
+            with reading(path):   # an orbax item or step folder, a KerasHub preset over a URL, read as the local one
+                remote: Checkpoint | None = read_url(path, open_inside)
+            if remote is not None:
+                for f in remote.files:
+                    check_inside(f, "file", path)
+                return remote
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
@@ -455,19 +457,14 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             check_inside(f, "file", target)
         if ahead is not None:
             cfg_path, cfg = ahead.result()
-            if cfg_path is not None:
-                ckpt.config, ckpt.config_path = cfg, cfg_path
+            if cfg_path is not None and cfg is not None:
+                _take_config(ckpt, cfg_path, cfg)
         else:
             cfg_path = os.fspath(config) if config is not None else find_config(path)
             if cfg_path is not None:
                 if config is None:
                     check_inside(cfg_path, "config", path)
-                cfg = load_config(cfg_path)
-                keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
-                if keras_hub is not None and keras_hub.is_keras_config(cfg):   # a KerasHub preset's (formats/keras_hub.py)
-                    cfg = keras_hub.describe(ckpt, cfg_path, cfg)
-                if cfg is not None:
-                    ckpt.config, ckpt.config_path = cfg, cfg_path
+                _take_config(ckpt, cfg_path, load_config(cfg_path))
                 # (beside a config.json found beside the weights, not one the user named elsewhere)
                 sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config) if config is None and ckpt.config else None
                 if sidecar is not None:
@@ -481,6 +478,16 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             check_inside(adapter, "adapter config", path)
             ckpt.adapter, ckpt.adapter_path = load_config(adapter), adapter
     return ckpt
+
+
+def _take_config(ckpt: Checkpoint, cfg_path: str, cfg: dict[str, Any]) -> None:
+    """`cfg` as the checkpoint's config.json; a KerasHub preset's Keras config as the transformers config it reads as,
+    if any (formats/keras_hub.py `describe`)."""
+    keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
+    taken: dict[str, Any] | None = keras_hub.describe(ckpt, cfg_path, cfg) if keras_hub and keras_hub.is_keras_config(cfg) \
+        else cfg
+    if taken is not None:
+        ckpt.config, ckpt.config_path = taken, cfg_path
 
 
 def _config_ahead(path: str) -> futures.Future[tuple[str | None, dict[str, Any] | None]]:
@@ -514,7 +521,16 @@ _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training", 
                         "manifest.ocdbt": "orbax", "_METADATA": "orbax",   # an orbax item: OCDBT, or a folder per array
                         "_CHECKPOINT_METADATA": "orbax",                   # ... an orbax step folder of items
                         "model.weights.h5": "keras_hub", "model.weights.json": "keras_hub"}   # a KerasHub preset
-_ORBAX_MARKERS = frozenset(m for m, module in _FOLDER_HOOK_MODULES.items() if module == "orbax")
+
+
+def _url_folder_hook(listing: list[str]) -> Callable[[str, Callable[[str], Checkpoint]], Checkpoint | None] | None:
+    """The folder hook of the reader module that reads a URL folder holding `listing` as a whole: orbax's and
+    KerasHub's, which read through core/files.py (the other hooks read local folders with os.*)."""
+    module = next((m for name, m in _FOLDER_HOOK_MODULES.items() if name in listing and m in _URL_FOLDER_HOOKS), None)
+    return None if module is None else importlib.import_module(f"{__package__}.{module}").open_folder
+
+
+_URL_FOLDER_HOOKS = ("orbax", "keras_hub")
 # ... and one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True) (formats/dcp/hf.py SHARD)
 DCP_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
