@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import fixture
-from test_remote import fresh_sources  # noqa: F401  (empty caches, quick retries, no full downloads)
+from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.analysis.audit.find import discover
@@ -419,7 +419,7 @@ def _same(report: dict, local: dict, url: str, path: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["converted/llama", "gemma-sharded", "bert-classifier", "keras-sharded"])
-def test_a_preset_over_https_and_hf_reads_as_the_local_one(cli, monkeypatch, fresh_sources, case):
+def test_a_preset_over_https_and_hf_reads_as_the_local_one(cli, monkeypatch, case):
     from remote_server import Server
 
     folder = _folder(case)
@@ -435,7 +435,7 @@ def test_a_preset_over_https_and_hf_reads_as_the_local_one(cli, monkeypatch, fre
 
 @pytest.mark.parametrize("behaviour", [{"claim": 64}, {"overlong": 7}, {"ranges": False}, {"drop": True},
                                        {"failures": {"/keras-hub/gemma-sharded/model_00001.weights.h5": [503] * 3}}])
-def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(cli, fresh_sources, behaviour):
+def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(cli, behaviour):
     """Values are never invented from what a server claims: the report equals the local one, or one line says why."""
     from remote_server import Server
 
