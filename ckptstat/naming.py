@@ -160,7 +160,16 @@ BUCKET_RULES = _rules([
     # ALBERT, ELECTRA, DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF, Megatron-Core's
     # GPTModel output_layer
     (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
+    # Keras 3 `.weights.h5` (KerasHub presets: formats/keras_hub.py) names a layer by its class, the first of a kind
+    # bare and the next ones `_1`, `_2`...: `layers/gemma_decoder_block/...`, `layers/gemma_decoder_block_1/...`
+    # (`first`: layer 0); the embeddings `reversible_embedding`, `position_embedding`, `token_and_position_embedding`;
+    # a KerasHub task's own weights under `task/` (its head)
+    (r"(^|\.)layers\.\w*(decoder|encoder)(_block|_layer)?_(?P<layer>\d+)\.", "encoder"),
+    (r"(^|\.)layers\.\w*(decoder|encoder)(_block|_layer)?(?P<first>)\.", "encoder"),
+    (r"(^|\.)layers\.(\w+_)?embedding(_\d+)?\.", "embedding"),
+    (r"^task\.layers\.", "cls"),
 ])
+FIRST = -1   # _bucket_of's layer position for a rule's `first` group: the first of its kind, layer 0 (Keras' bare name)
 _NUMBER = re.compile(r"(\d+)")
 _INDICES = [str(k) for k in range(64)]
 
@@ -303,17 +312,25 @@ def strip_prefixes(name: str, base_models: bool = False) -> str:
 def bucket_of(name: str) -> tuple[str, int | None]:
     numbered, numbers = _numbered(name)
     bucket, k = _bucket_of(numbered)
-    return bucket, _layer_index(numbers[k]) if k is not None else None
+    return bucket, _layer_of(numbers, k)
+
+
+def _layer_of(numbers: list[str], k: int | None) -> int | None:
+    """The layer index a rule found: the name's k-th number, 0 for FIRST, None for none."""
+    return None if k is None else 0 if k == FIRST else _layer_index(numbers[k])
 
 
 @lru_cache(maxsize=1 << 16)
 def _bucket_of(numbered: str) -> tuple[str, int | None]:
-    """(bucket, which of the name's numbers is its layer index) for a name from _numbered."""
+    """(bucket, which of the name's numbers is its layer index, FIRST for layer 0) for a name from _numbered."""
     n = strip_prefixes(numbered)
     for pattern, bucket in BUCKET_RULES:
         m = pattern.search(n)
         if m:
-            layer = m.groupdict().get("layer")
+            found = m.groupdict()
+            if found.get("first") is not None:
+                return bucket, FIRST
+            layer = found.get("layer")
             return bucket, int(layer) if layer is not None else None
     return "other", None
 
@@ -324,7 +341,7 @@ def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Plac
     bucket, k = _bucket_of(numbered)
     rank4 = len(shape) == 4
     role = _remember((name, dtype, rank4), _role_from(name, numbered, dtype, rank4))
-    return Placement(bucket, _layer_index(numbers[k]) if k is not None else None, role)
+    return Placement(bucket, _layer_of(numbers, k), role)
 
 
 _DIGIT_TO_HASH = str.maketrans("0123456789", "#" * 10)
@@ -344,7 +361,7 @@ class _Masked:
         # key: the mask, and the dtype and rank where the checkpoint has more than one (decided over all its names,
         # so that a key means one thing in every slice)
         self.tag_dtypes, self.tag_ranks = tag_dtypes, tag_ranks
-        self.rules: dict[str, tuple[str, str, slice]] = {}
+        self.rules: dict[str, tuple[str, str, slice, bool]] = {}
         self.made: dict[tuple[str, str | None, str], Placement] = {}
         self.out: dict[str, Placement] = {}
 
@@ -362,8 +379,8 @@ class _Masked:
             name, dtype, rank = names[i], dtypes[i], ranks[i]
             numbered, _ = _numbered(name)
             bucket, k = _bucket_of(numbered)
-            span = [m.span() for m in _HASHES.finditer(key)][k] if k is not None else (0, 0)   # "" for no layer index
-            rules[key] = (bucket, _role_from(name, numbered, dtype, rank == 4), slice(*span))
+            span = [m.span() for m in _HASHES.finditer(key)][k] if k not in (None, FIRST) else (0, 0)   # "": none
+            rules[key] = (bucket, _role_from(name, numbered, dtype, rank == 4), slice(*span), k == FIRST)
         cuts = {key: rules[key][2] for key in first}
         # each name's row: its key and its layer index's digits ("" for none: a real span holds a digit)
         digits = map(operator.getitem, names, map(cuts.__getitem__, keys))
@@ -371,8 +388,8 @@ class _Masked:
         made = self.made
         place: dict[str, Placement] = {}
         for row, key in dict(zip(rows, keys)).items():
-            bucket, role, _ = rules[key]
-            index = row[len(key) + 1:] or None
+            bucket, role, _, at_first = rules[key]
+            index = "0" if at_first else row[len(key) + 1:] or None
             p = made.get((bucket, index, role))
             if p is None:
                 p = made[(bucket, index, role)] = Placement(bucket, _layer_index(index) if index is not None else None, role)
@@ -380,7 +397,7 @@ class _Masked:
         self.out.update(zip(names, map(place.__getitem__, rows)))
 
     def has_encoder(self) -> bool:
-        return any(bucket == "encoder" and cut.stop for bucket, _, cut in self.rules.values())
+        return any(bucket == "encoder" and (cut.stop or at_first) for bucket, _, cut, at_first in self.rules.values())
 
 
 # Passes that make a string a name (a mask, a form, a shape, a search's text) go a slice of names at a time: one

@@ -448,3 +448,26 @@ def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(cli, be
         _same(report, local, url, folder)
     else:
         assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("case", CONVERTED)
+def test_each_block_holds_what_the_transformers_layer_holds(case):
+    """Keras names the first block of a kind bare and the next ones `_1`, `_2`... (naming.py `first`): layer 0, 1..."""
+    report = summarize(_folder(case))
+    layers = [r["params"] for r in sorted(report["layers"], key=lambda r: r["layer"]) if r["bucket"] == "encoder"]
+    assert layers == EXPECTED[case]["transformers"]["layer_params"]
+
+
+@pytest.mark.parametrize("name, placed", [
+    ("layers/gemma3_decoder_block/attention/query_dense/vars/0", ("encoder", 0)),
+    ("layers/gemma3_decoder_block_11/attention/query_dense/vars/0", ("encoder", 11)),
+    ("layers/transformer_encoder_2/_self_attention_layer/key_dense/vars/1", ("encoder", 2)),
+    ("layers/token_and_position_embedding/token_embedding/vars/0", ("embedding", None)),
+    ("task/layers/dense/vars/0", ("cls", None)),
+    ("model.layers.3.self_attn.q_proj.weight", ("encoder", 3)),   # (transformers' names as before)
+    ("decoder.layers.self_attention.linear_qkv.weight", ("decoder", None)),
+])
+def test_keras_layer_names_are_placed(name, placed):
+    from ckptstat.naming import bucket_of, classify
+
+    assert bucket_of(name) == placed and (classify(name).bucket, classify(name).layer) == placed
