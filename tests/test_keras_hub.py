@@ -23,7 +23,8 @@ from ckptstat.formats import keras_hub as keras_hub_format
 
 with open(fixture("expected_keras_hub.json")) as f:
     EXPECTED = json.load(f)
-CASES = sorted(k for k, v in EXPECTED.items() if isinstance(v, dict) and "path" in v)
+CASES = sorted(k for k, v in EXPECTED.items() if isinstance(v, dict) and "datasets" in v)
+ARCHIVES = sorted(k for k in EXPECTED if k.startswith("archive/"))
 TASK = "task.weights.h5"
 
 
@@ -471,3 +472,37 @@ def test_keras_layer_names_are_placed(name, placed):
     from ckptstat.naming import bucket_of, classify
 
     assert bucket_of(name) == placed and (classify(name).bucket, classify(name).layer) == placed
+
+
+# --- a KerasHub model saved by model.save (a .keras archive) -------------------------------------------------------
+
+@pytest.mark.parametrize("case", ARCHIVES)
+def test_a_keras_archive_of_a_causal_lm_answers_as_its_transformers_model(case):
+    from coverage_walk import ours
+
+    rec = EXPECTED[case]
+    want = EXPECTED[rec["converted"]]["transformers"]
+    path = fixture(rec["path"])
+    assert ours("causal", path)[:4] == ("static", want["flops"], want["cache_bytes"], want["num_parameters"])
+    report = summarize(path)
+    assert report["parameters"]["unique"] == rec["count_params"] == want["num_parameters"]
+    assert report["resolved"]["model"] == want["class"]
+    assert any(f"Keras config of a {rec['task']} (its " in n for n in report["notes"])
+
+
+def test_a_keras_archive_of_another_task_gets_no_model(tmp_path):
+    import zipfile
+
+    src, dst = fixture(EXPECTED["archive/llama"]["path"]), tmp_path / "classifier.keras"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename == "config.json":
+                config = json.loads(data)
+                config["class_name"] = "Llama3TextClassifier"
+                data = json.dumps(config).encode()
+            zout.writestr(info, data)
+    report = summarize(str(dst))
+    assert report["analytic"] is None and report["parameters"]["unique"] == EXPECTED["archive/llama"]["count_params"]
+    assert any("KerasHub Llama3TextClassifier: no transformers class is known to hold its task" in n
+               for n in report["notes"])

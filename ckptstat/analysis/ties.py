@@ -152,7 +152,7 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
         return {"available": False, "reason": "no config.json"}
     if r.spec is None:
         return {"available": False, "reason": r.error or _NO_RULES.format(r.model_type)}
-    if ckpt.metadata.get("h5.layout") == "keras3":   # a KerasHub preset read with its transformers config
+    if ckpt.metadata.get("h5.layout") == "keras3" or ckpt.format == "keras (zip)":   # KerasHub's, with a transformers config
         return {"available": False, "reason": "the file names its variables by Keras' HDF5 paths (layers/<layer>/vars/N), "
                                               "not by the model's parameter names: not compared name by name"}
     spec = r.spec

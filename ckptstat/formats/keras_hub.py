@@ -101,6 +101,23 @@ def transformers_config(cfg: dict[str, Any]) -> tuple[dict[str, Any] | None, str
                  "formats/keras_hub_configs.json)")
 
 
+def archive_config(config: object) -> tuple[dict[str, Any] | None, str | None]:
+    """The transformers config of a `.keras` archive's model (formats/keras_zip.py), and a note: a KerasHub backbone,
+    or a causal LM task (its head is the backbone's embedding: no weights of its own), read as transformers_config
+    reads the backbone's config; (None, None) for any other model."""
+    if not isinstance(config, dict) or not is_keras_config(config) or not \
+            str(config.get("registered_name") or config.get("module") or "").startswith("keras_hub"):
+        return None, None
+    name = str(config["class_name"])[:80]
+    backbone = config if name.endswith("Backbone") else config["config"].get("backbone")
+    if not name.endswith(("Backbone", "CausalLM")) or not isinstance(backbone, dict) or not is_keras_config(backbone):
+        return None, (f"{CONFIG} is the Keras config of a KerasHub {name}: no transformers class is known to hold "
+                      "its task; no architecture, FLOPs or memory model is built from it")
+    translated, how = transformers_config(backbone)
+    of = f"a {name}" if backbone is config else f"a {name} (its {str(backbone['class_name'])[:80]})"
+    return translated, f"{CONFIG} is the Keras config of {of}, {how}"
+
+
 def _put(cfg: dict[str, Any], path: str, value: Any) -> None:
     """cfg[a][b] = value for the path `a.b` (transformers 5's `rope_parameters.rope_theta`)."""
     *parents, leaf = path.split(".")

@@ -13,6 +13,7 @@ limits().zip_ratio times its compressed size): never the whole archive extracted
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -152,6 +153,10 @@ def _open(path: str) -> Checkpoint:
                 extra["layout"] = "in_out"   # a Dense kernel is stored [in, out] (formats/keras_h5.py)
             tensors[name] = TensorInfo(name, dtype, shape, path, offset, nbytes, order, storage=h5_path, extra=extra)
     ckpt = Checkpoint(path=path, format="keras (zip)", tensors=tensors, files=(path,), metadata=metadata)
+    keras_hub = importlib.import_module(f"{__package__}.keras_hub")
+    ckpt.config, how = keras_hub.archive_config(config)   # a KerasHub backbone or causal LM saved by model.save
+    if how:
+        ckpt.notes.append(how)
     if deflated:
         ckpt.readers[path] = _Values(path)
         if start is None:
