@@ -506,3 +506,21 @@ def test_a_keras_archive_of_another_task_gets_no_model(tmp_path):
     assert report["analytic"] is None and report["parameters"]["unique"] == EXPECTED["archive/llama"]["count_params"]
     assert any("KerasHub Llama3TextClassifier: no transformers class is known to hold its task" in n
                for n in report["notes"])
+
+
+def test_audit_takes_each_preset_folder_as_one_unit(tmp_path, monkeypatch):
+    from remote_server import Server
+
+    from ckptstat.analysis.audit import audit_record
+
+    units, _ = discover(fixture("keras-hub"))
+    folders = sorted(os.path.relpath(u.path, fixture()) for u in units if os.path.isdir(u.path))
+    assert folders == sorted(EXPECTED[c]["path"] for c in CASES if EXPECTED[c]["path"].startswith("keras-hub/"))
+    preset = next(u for u in units if u.path == _folder("bert-classifier"))
+    assert {os.path.basename(f) for f in preset.files} >= {"task.weights.h5", "model.weights.json", "metadata.json"}
+    record = audit_record(preset)
+    assert record["parameters"] == EXPECTED["bert-classifier"]["count_params"] and record["error"] is None
+    with Server(fixture(), hub={"org/keras": _folder("bert-classifier")}) as s:
+        monkeypatch.setenv("HF_ENDPOINT", s.url)
+        remote, _ = discover("hf://org/keras")
+        assert len(remote) == 1 and audit_record(remote[0])["parameters"] == record["parameters"]

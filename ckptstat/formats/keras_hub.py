@@ -162,6 +162,12 @@ def _config_note(ckpt: Checkpoint, how: str) -> str:
     return f"{CONFIG} is the {library} config of a {ckpt.metadata['keras.class_name']}, {how}"
 
 
+def preset_folder(names: set[str] | list[str]) -> bool:
+    """Do a folder's file names make it a KerasHub preset (the checkpoint is the folder: `audit`)? config.json and
+    metadata.json beside the backbone's weights, as save_to_preset writes them."""
+    return CONFIG in names and METADATA in names and any(n in names for n in BACKBONE_WEIGHTS)
+
+
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
     """A KerasHub preset folder as one Checkpoint (registry._FOLDER_HOOKS); None for any other folder (a Keras
     `model.weights.h5` without a Keras object config beside it is a plain file in its folder)."""

@@ -6,7 +6,8 @@ A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoin
 files its tensors name, as its reader resolves them inside its folder: `_onnx_data`), a torch.distributed.checkpoint
 folder (its `.metadata`, or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter
 shards are there: every rank's file claimed, none a checkpoint alone), an orbax item or step folder (formats/orbax/: everything
-under it claimed; a CheckpointManager's steps are a unit each). Any other file is a unit when the format
+under it claimed; a CheckpointManager's steps are a unit each), a KerasHub preset (formats/keras_hub.py
+`preset_folder`: everything under it claimed). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
 or when a loader would read a pickle from its bytes (analysis/scan/ `pickle_bearing`, locally and remotely: a
 bare pickle is what the scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
@@ -37,6 +38,7 @@ from ...errors import (
     UsageError,
     short_text,
 )
+from ...formats.keras_hub import preset_folder
 from ...formats.orbax import orbax_folder
 from ...formats.registry import DCP_SHARD, detect, index_shards, is_index, read_json
 from ...formats.training import trainer_folder
@@ -146,7 +148,7 @@ def _walk(root: str, skipped: Skipped) -> list[Unit]:
         # a TF SavedModel (variables/ inside), a Trainer checkpoint-N/ (the model, optimizer.pt, scheduler.pt,
         # rng_state.pth, training_args.bin) or an orbax item or step folder: the folder is the checkpoint, every file
         # under it scanned
-        if "saved_model.pb" in names or trainer_folder({*names, *dirs}) or orbax_folder(names):
+        if "saved_model.pb" in names or trainer_folder({*names, *dirs}) or orbax_folder(names) or preset_folder(names):
             # (its files taken as any folder's are: a link out of the root, a FIFO skipped, never read)
             inside = sorted(os.path.join(f, n) for f, _, ns in walk(folder, unlisted) for n in ns)
             units.append(_unit(folder, [p for p in inside if _taken(p, real_root, skipped)]))
@@ -287,8 +289,9 @@ def _remote_walk(root: str, skipped: list[str]) -> list[Unit]:
         units += [Unit(u, (u,), 0, 0, error=failed[u]) for u in sorted(folders[folder]) if u in failed]
         if not names:
             continue
-        if any(os.path.basename(f) == "saved_model.pb" for f in names) or orbax_folder([os.path.basename(f) for f in names]):
-            saved_models.append(folder)   # a TF SavedModel or an orbax item or step folder: the folder is one unit
+        files = [os.path.basename(f) for f in names]
+        if "saved_model.pb" in files or orbax_folder(files) or preset_folder(files):
+            saved_models.append(folder)   # a TF SavedModel, an orbax item or step folder, a KerasHub preset: one unit
             members = sorted(u for u in sizes if u.startswith(folder + "/"))
             groups = [(folder, members)]
         else:
