@@ -524,3 +524,13 @@ def test_audit_takes_each_preset_folder_as_one_unit(tmp_path, monkeypatch):
         monkeypatch.setenv("HF_ENDPOINT", s.url)
         remote, _ = discover("hf://org/keras")
         assert len(remote) == 1 and audit_record(remote[0])["parameters"] == record["parameters"]
+
+
+def test_a_backbone_holding_a_sub_model_the_importer_never_writes_is_not_translated(tmp_path):
+    vision = {"module": "keras_hub.src.models.gemma3.gemma3_vision_encoder", "class_name": "Gemma3VisionEncoder",
+              "config": {"image_size": 32}, "registered_name": "keras_hub>Gemma3VisionEncoder"}
+    folder = _with_config(tmp_path, "converted/gemma3_text", lambda c: c.update(vision_encoder=vision, image_size=32))
+    report = summarize(folder)
+    assert report["config"] is None and report["analytic"] is None
+    assert any("holds a vision_encoder (Gemma3VisionEncoder) that keras_hub's gemma3_text importer never writes" in n
+               for n in report["notes"])

@@ -83,6 +83,10 @@ def transformers_config(cfg: dict[str, Any]) -> tuple[dict[str, Any] | None, str
             f"it fits {len(candidates)} transformers model types ({', '.join(sorted(candidates))})"
         return None, f"not a transformers config, and {why}: no architecture, FLOPs or memory model is built from it"
     (model_type, entry), = candidates.items()
+    parts = [k for k, v in inner.items() if k != "dtype" and is_keras_config(v)]
+    if parts:   # a sub-model the importer's transformers config has no place for (Gemma 3's vision_encoder)
+        return None, (f"it holds a {parts[0][:40]} ({str(inner[parts[0]]['class_name'])[:60]}) that keras_hub's "
+                      f"{model_type} importer never writes: no architecture, FLOPs or memory model is built from it")
     out: dict[str, Any] = {"model_type": model_type, "architectures": list(entry["architectures"])}
     for key, (path, relation) in entry["keys"].items():
         if key not in inner:   # (the transformers default stands)
