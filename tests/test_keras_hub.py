@@ -304,7 +304,7 @@ def test_the_table_is_the_fixtures_keras_hub():
     with open(os.path.join(os.path.dirname(keras_hub_format.__file__), "keras_hub_configs.json")) as f:
         written_by = json.load(f)["written_by"]
     assert f"keras_hub {EXPECTED['keras_hub']}" in written_by
-    assert {c.split("/")[1] for c in CONVERTED} == set(keras_hub_format._table()["model_types"])
+    assert {c.split("/")[1].removesuffix("-tied") for c in CONVERTED} == set(keras_hub_format._table()["model_types"])
 
 
 def _with_config(tmp_path, case: str, edit) -> str:
@@ -534,3 +534,15 @@ def test_a_backbone_holding_a_sub_model_the_importer_never_writes_is_not_transla
     assert report["config"] is None and report["analytic"] is None
     assert any("holds a vision_encoder (Gemma3VisionEncoder) that keras_hub's gemma3_text importer never writes" in n
                for n in report["notes"])
+
+
+def test_a_tied_llama_whose_config_says_nothing_of_it_is_read_tied():
+    """KerasHub's Llama3Backbone saves no tie_word_embeddings: keras_hub cannot reload its own tied preset (recorded by
+    fixtures/make_keras_hub.py); the weights' one embedding table says tied, as the transformers model was."""
+    rec = EXPECTED["converted/llama-tied"]
+    assert rec["keras_hub_reloads"] is not True and rec["transformers"]["config"]["tie_word_embeddings"] is True
+    with open(os.path.join(_folder("converted/llama-tied"), "config.json")) as f:
+        assert "tie_word_embeddings" not in json.load(f)["config"]
+    report = summarize(_folder("converted/llama-tied"))
+    assert any("says nothing of tie_word_embeddings and the weights hold one embedding table" in n for n in report["notes"])
+    assert not any("says nothing of tie_word_embeddings" in n for n in summarize(_folder("converted/llama"))["notes"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -150,6 +151,13 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[st
         ckpt.metadata["keras.task_class_name"] = str(task["class_name"])[:200]
     translated, how = transformers_config(cfg)
     ckpt.notes.append(_config_note(ckpt, how))
+    if translated is not None and "tie_word_embeddings" not in translated and _ties(translated["model_type"]):
+        tables = [n for n in ckpt.tensors if _REVERSIBLE.search(n)]   # (KerasHub's Llama saves no tie_word_embeddings)
+        if tables and all(n.endswith("/vars/0") for n in tables):
+            translated["tie_word_embeddings"] = True
+            ckpt.notes.append(f"{CONFIG} says nothing of tie_word_embeddings and the weights hold one embedding table "
+                              "(no reverse_embeddings): read as tied (keras_hub's own from_preset builds it untied "
+                              "and cannot load these weights)")
     claimed = meta.get("parameter_count")
     if isinstance(claimed, int) and not isinstance(claimed, bool) and urls.file_name(ckpt.path) in BACKBONE_WEIGHTS:
         backbone = sum(t.numel for name, t in ckpt.tensors.items()
@@ -158,6 +166,15 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[st
         ckpt.notes.append(f"{METADATA}: parameter_count {claimed:,} (the backbone's count_params()), {verdict} the "
                           "backbone's variables in its weights file")
     return translated
+
+
+# ReversibleEmbedding's variables: 0 the embeddings, 1 the output table an untied model keeps (reverse_embeddings)
+_REVERSIBLE = re.compile(r"(^|/)reversible_embedding(_\d+)?/vars/\d+$")
+
+
+def _ties(model_type: str) -> bool:
+    """Whether the table reads tie_word_embeddings from a `model_type` backbone's config."""
+    return any(path == "tie_word_embeddings" for path, _ in _table()["model_types"][model_type]["keys"].values())
 
 
 def _config_note(ckpt: Checkpoint, how: str) -> str:
