@@ -156,8 +156,8 @@ def describe(ckpt: Checkpoint, config_path: str, cfg: dict[str, Any]) -> dict[st
         if tables and all(n.endswith("/vars/0") for n in tables):
             translated["tie_word_embeddings"] = True
             ckpt.notes.append(f"{CONFIG} says nothing of tie_word_embeddings and the weights hold one embedding table "
-                              "(no reverse_embeddings): read as tied (keras_hub's own from_preset builds it untied "
-                              "and cannot load these weights)")
+                              "(no reverse_embeddings): read as tied (KerasHub's Llama does not save the key; keras_hub "
+                              "0.32's from_preset then builds an untied embedding and cannot load these weights)")
     claimed = meta.get("parameter_count")
     if isinstance(claimed, int) and not isinstance(claimed, bool) and urls.file_name(ckpt.path) in BACKBONE_WEIGHTS:
         backbone = sum(t.numel for name, t in ckpt.tensors.items()
