@@ -546,3 +546,14 @@ def test_a_tied_llama_whose_config_says_nothing_of_it_is_read_tied():
     report = summarize(_folder("converted/llama-tied"))
     assert any("says nothing of tie_word_embeddings and the weights hold one embedding table" in n for n in report["notes"])
     assert not any("says nothing of tie_word_embeddings" in n for n in summarize(_folder("converted/llama"))["notes"])
+
+
+def test_a_tokenizer_json_outside_a_preset_is_not_read_as_a_keras_config(tmp_path):
+    """A transformers folder's tokenizer.json (tens of MB) is tokenizers', never rebuilt by Keras: only a preset's
+    (metadata.json beside it) is judged."""
+    rec = EXPECTED["tokenizer_reads"]["PARSeqTokenizer"]
+    folder = _copy(tmp_path, "gemma-bf16")
+    (folder / "tokenizer.json").write_text(json.dumps(rec["config"]))
+    assert "tokenizer.json" in [os.path.basename(r["path"]) for r in scan_path(str(folder))["files"]]
+    os.unlink(folder / "metadata.json")
+    assert "tokenizer.json" not in [os.path.basename(r["path"]) for r in scan_path(str(folder))["files"]]

@@ -28,6 +28,7 @@ from ..core.files import check_inside
 from ..core.limits import limits
 from ..errors import CheckpointError, reading
 from .registry import _FOLDER_HOOKS, read_json
+from .registry import _open_file as open_weights
 from .training import merge_under
 
 CONFIG, METADATA, TASK_CONFIG = "config.json", "metadata.json", "task.json"
@@ -184,30 +185,24 @@ def _config_note(ckpt: Checkpoint, how: str) -> str:
 
 
 def preset_folder(names: set[str] | list[str]) -> bool:
-    """Do a folder's file names make it a KerasHub preset (the checkpoint is the folder: `audit`)? config.json and
-    metadata.json beside the backbone's weights, as save_to_preset writes them."""
+    """Do a folder's file names make it a KerasHub preset, read as one checkpoint (open_folder; `audit`'s one unit)?
+    config.json and metadata.json beside the backbone's weights, as save_to_preset writes them."""
     return CONFIG in names and METADATA in names and any(n in names for n in BACKBONE_WEIGHTS)
 
 
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
-    """A KerasHub preset folder as one Checkpoint (registry._FOLDER_HOOKS); None for any other folder (a Keras
-    `model.weights.h5` without a Keras object config beside it is a plain file in its folder)."""
+    """A KerasHub preset folder (preset_folder) as one Checkpoint (registry._FOLDER_HOOKS); None for any other folder:
+    the backbone's weights, opened with the config.json beside them (registry.open_checkpoint calls describe), and the
+    task's own under `task/`."""
     listing = set(files.listdir(folder))   # (a URL folder's listing: one request)
-    cfg_path = files.join(folder, CONFIG)
-    if CONFIG not in listing or not listing.intersection(BACKBONE_WEIGHTS):
-        return None
-    check_inside(cfg_path, "config")
-    with reading(cfg_path, "cannot read config"):
-        cfg = read_json(cfg_path, limits().config_bytes, "config")
-    if not is_keras_config(cfg):
+    if not preset_folder(listing):
         return None
     weights = files.join(folder, next(n for n in BACKBONE_WEIGHTS if n in listing))
-    ckpt = open_file(weights)   # (described from the config.json beside it: registry.open_checkpoint calls describe)
-    task_weights = files.join(folder, TASK_WEIGHTS)
+    ckpt = open_file(weights)
     if TASK_WEIGHTS in listing:
-        task = open_file(task_weights)
-        task.notes = [n for n in task.notes if n not in ckpt.notes]   # (the config's, said once)
-        merge_under(ckpt, task, TASK_PREFIX)
+        task_weights = files.join(folder, TASK_WEIGHTS)
+        check_inside(task_weights, "file", folder)
+        merge_under(ckpt, open_weights(task_weights), TASK_PREFIX)   # (its file alone: the config is described once)
         ckpt.notes.append(f"{TASK_WEIGHTS} (the task's own weights, its backbone's left out) read under "
                           f"`{TASK_PREFIX}`, beside the backbone's {urls.file_name(weights)}")
         if ckpt.config is not None:   # the translation is the backbone's: no transformers class holds this head

@@ -241,6 +241,7 @@ def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -
     index = read_json(path, limits().index_bytes, "index")
     shards = index_shards(path, index)
     folder = os.path.dirname(path)
+    keras = path.endswith(KERAS_INDEX)
 
     def open_shard(shard: str) -> Checkpoint:
         shard_path = os.path.join(folder, shard)
@@ -257,14 +258,14 @@ def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -
     parts_opened: list[tuple[str, Checkpoint]] = []
     for (shard, names), part in zip(shards.items(), parts):
         shard_path = os.path.join(folder, shard)
-        if path.endswith(KERAS_INDEX):   # a group is there when one of its variables is (`layers/dense/vars/0`)
+        if keras:   # a group is there when one of its variables is (`layers/dense/vars/0`)
             groups = {n.rpartition("/")[0] for n in part.tensors}
             missing = [n for n in names if n.strip("/") not in groups]
         else:
             spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
             missing = [n for n in (map(spell, names) if spell else names) if n not in part.tensors]
         if missing:
-            what = "variable group(s)" if path.endswith(KERAS_INDEX) else "tensor(s)"
+            what = "variable group(s)" if keras else "tensor(s)"
             raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} {what} here that the shard lacks, "
                                                      f"e.g. {missing[0]!r}")
         if merged is None:

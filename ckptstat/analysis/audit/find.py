@@ -101,7 +101,8 @@ def _is_unit(path: str) -> bool:
 
 
 def _shards(index: str) -> list[str]:
-    """The shard files an index names (those that are plain file names in its folder)."""
+    """The shard files an index names, in its folder (none when it names one that is not a plain file name there: the
+    index's own record says so, and its shards are audited apart)."""
     try:
         shards = index_shards(index, read_json(index, _INDEX_CAP, "index"))
     except Exception:  # noqa: BLE001 - a broken index is still a unit: its record says what is wrong

@@ -32,6 +32,7 @@ import os
 import re
 from typing import IO, Any
 
+from ...core import files
 from ...core.urls import file_name, is_url
 from ...formats.keras_hub import is_keras_config
 from .chat_templates import HF_RENDERERS, config_templates, template_report
@@ -43,10 +44,11 @@ from .keras import keras_report
 KERAS_HUB_CONFIGS = frozenset({"config.json", "task.json", "tokenizer.json", "preprocessor.json", "audio_converter.json",
                                "image_converter.json", "video_converter.json"})
 KERAS_HUB_LOADER = "keras_hub's from_preset (keras.saving.deserialize_keras_object)"
-CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
-                     "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
-                     "image_processor_config.json", "modules.json", "model_index.json", "modular_config.json",
-                     *KERAS_HUB_CONFIGS})
+KERAS_HUB_METADATA = "metadata.json"   # beside every preset's configs (save_to_preset)
+HF_CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
+                        "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
+                        "image_processor_config.json", "modules.json", "model_index.json", "modular_config.json"})
+CONFIGS = HF_CONFIGS | KERAS_HUB_CONFIGS
 CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
 # `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
 CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
@@ -176,6 +178,8 @@ def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     """The scan report of a Hugging Face JSON config's chat templates and remote code; None when it carries neither, or
     is not a JSON object (not a file scan looks at: torch.load's verdict stands, if any)."""
     name = file_name(path)
+    if name in KERAS_HUB_CONFIGS - HF_CONFIGS and not files.exists(files.join(files.dirname(path), KERAS_HUB_METADATA)):
+        return None   # (a transformers folder's tokenizer.json, tens of MB, is no Keras config: read only in a preset)
     if size > CONFIG_BYTES:   # unknown, never an error: a folder scan would not list the file (transformers reads it)
         return template_report(path, f"Hugging Face {name}", {}, HF_RENDERERS, "", [
             f"{name} is {size:,} bytes; scan reads at most {CONFIG_BYTES:,} (its chat templates and auto_map unread)"])
