@@ -18,6 +18,7 @@ from typing import Any
 from ..core import Checkpoint, TensorInfo, files, urls
 from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped, size_of
 from ..core.limits import limits
+from ..core.tar import archive_kind
 from ..core.tensor_table import TensorTable
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 from . import folders
@@ -118,6 +119,10 @@ def detect(path: str) -> Format:
     for fmt in FORMATS:
         if path.endswith(fmt.extensions) and fmt.extensions:
             return fmt
+    kind = archive_kind(probe.head)
+    if kind is not None:   # a model.tar.gz, a zipped folder: what users extract first
+        raise UnknownFormatError(path, f"not a checkpoint format ckptstat reads: {kind} (extract it and point ckptstat "
+                                       "at what it holds; `ckptstat scan` judges the files inside)")
     raise UnknownFormatError(path, f"not a checkpoint format ckptstat reads (first bytes {probe.head[:8].hex(' ')})")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...core.urls import concurrently, is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
-from ..scan import pickle_named, scan_url_if_pickle
+from ..scan import nothing_inside, pickle_named, scan_url_if_pickle
 from .find import Unit
 
 AUDIT_SCHEMA = "ckptstat.audit/1"
@@ -68,6 +68,8 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
             continue
         try:   # a file not named as a pickle counts when a loader would read a pickle from it (scan_local answers)
             r = scan_file(f)
+            if nothing_inside(r):   # an archive of images or text
+                continue
             rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
         except CkptstatError as e:   # (no pickle a loader reads, unless it says pickle or scan could not look: as scan)
             if pickle_named(f) or not isinstance(e, CorruptCheckpointError):

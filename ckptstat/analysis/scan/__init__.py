@@ -21,6 +21,7 @@ from typing import Any
 from ...core.files import followed, open_regular, walk
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
+from .archive import judge_archive
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
 from .torch_load import Trace, finish, trace
 from .torch_load import scan as scan_file
@@ -67,14 +68,16 @@ def pickle_bearing(path: str) -> bool:
 
 def scan_url_if_pickle(url: str) -> dict[str, Any] | None:
     """A remote file's scan report, judged as a local file is: None when torch.load cannot read a pickle from
-    it (its trace raises at the first bytes, or a Flax msgpack file) and its name does not say pickle; every
+    it (its trace raises at the first bytes, or a Flax msgpack file, or an archive of nothing a loader reads) and its
+    name does not say pickle; every
     other error raised (the store could not serve it: never taken for `no pickle`)."""
     try:
-        return scan_url(url)
+        r = scan_url(url)
     except CorruptCheckpointError:
         if pickle_named(url):
             raise
         return None
+    return None if nothing_inside(r) else r
 
 
 def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
@@ -124,22 +127,40 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
     return sorted(chosen, key=lambda n: _walk_order(n[0].replace(os.sep, "/")))
 
 
+def nothing_inside(r: dict[str, Any]) -> bool:
+    """An archive's report that found nothing a loader reads inside it (images, text): no file to list in a folder's
+    scan, as a file no loader reads is none (analysis/scan/archive.py)."""
+    return r.get("members") == [] and r["status"] == "safe"
+
+
+def _judged(rel: str, path: str) -> tuple[str, Any] | None:
+    """A folder's file judged: ("report", its report); ("unreadable", why) for a file whose name says pickle that no
+    loader can read; ("skipped", why) when it cannot be read at all; None when no loader reads a pickle (or config)
+    from it, nor from any member of an archive it is (analysis/scan/archive.py judges those members with this)."""
+    try:
+        r = scan_local(path)
+    except CkptstatError as e:
+        why = e.reason if isinstance(e, CheckpointError) else str(e)
+        if pickle_named(rel):   # a pickle's name: listed even when no loader can read it
+            return "unreadable", why
+        if not isinstance(e, CorruptCheckpointError):   # not "no loader reads a pickle from it": not looked at
+            return "skipped", f"cannot read it ({why})"
+        return None
+    return None if nothing_inside(r) else ("report", r)
+
+
 def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every pickle-bearing file under the folder `root` (see the module doc), scanned."""
     files: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     for rel, p in _candidates(root, skipped):
-        named = pickle_named(rel)
         if progress:
             progress(rel)
-        try:
-            files.append(_entry(rel, scan_local(p)))
-        except CkptstatError as e:
-            why = e.reason if isinstance(e, CheckpointError) else str(e)
-            if named:   # a pickle's name: listed even when no loader can read it
-                files.append(_entry(rel, None, why))
-            elif not isinstance(e, CorruptCheckpointError):   # not "no loader reads a pickle from it": not looked at
-                skipped.append({"path": rel, "why": f"cannot read it ({why})"})
+        found = _judged(rel, p)
+        if found is not None and found[0] == "skipped":
+            skipped.append({"path": rel, "why": found[1]})
+        elif found is not None:
+            files.append(_entry(rel, found[1]) if found[0] == "report" else _entry(rel, None, found[1]))
     totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
     return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
             "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
@@ -151,7 +172,7 @@ def scan_url(url: str) -> dict[str, Any]:
     from ... import sources  # noqa: F401 - installs the remote source the core reads URLs through
     from .remote import scan_url as scan_remote
 
-    return scan_remote(url)
+    return scan_remote(url, None if pickle_named(url) else _judged)
 
 
 def _walk_order(rel: str) -> list[tuple[int, str]]:
@@ -207,7 +228,17 @@ def scan_local(path: str) -> dict[str, Any]:
     """What the loaders that read these bytes would run: torch.load's path always (analysis/scan/torch_load.py, through
     the zip directory miniz reads), and numpy's or Keras' (analysis/scan/loaders.py) where they read the file too;
     the worse verdict wins (analysis/scan/verdict.py, as for a URL)."""
-    return training_args_note(path, _scan_local(path))
+    try:
+        r = _scan_local(path)
+    except CorruptCheckpointError:   # no loader reads a pickle from it whole: an archive users extract? (archive.py)
+        if pickle_named(path) or not os.path.isfile(path):   # (a loader's own name: that loader's error stands)
+            raise
+        with open_regular(path) as f:
+            archive = judge_archive(path, f, os.fstat(f.fileno()).st_size, _judged)
+        if archive is None:
+            raise
+        return archive
+    return training_args_note(path, r)
 
 
 def _scan_local(path: str) -> dict[str, Any]:

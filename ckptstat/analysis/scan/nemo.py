@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import posixpath
 import tarfile
+from dataclasses import dataclass
 from typing import IO, Any, cast
 
 from ...core.io import SeekableReader, Window, pread
@@ -83,13 +84,14 @@ def _window(f: IO[bytes], start: int, size: int) -> IO[bytes]:
     return cast(IO[bytes], _Capped(f, start, size))
 
 
-class _Gunzip(SeekableReader):
-    """The decompressed stream of the gzip file `f` (`csize` bytes) as a seekable file: a seek back past the bytes kept
-    decompresses again from the start, as gzip.GzipFile does (see the module doc for the bounds)."""
+class Inflating(SeekableReader):
+    """The decompressed stream of the gzip (or `codec`: bz2, xz) file `f` (`csize` bytes) as a seekable file: a seek
+    back past the bytes kept decompresses again from the start, as gzip.GzipFile does (see the module doc for the
+    bounds; analysis/scan/archive.py reads a compressed tar through it too)."""
 
-    def __init__(self, f: IO[bytes], csize: int):
+    def __init__(self, f: IO[bytes], csize: int, codec: str = "gzip"):
         super().__init__()
-        self.f, self.csize = f, csize
+        self.f, self.csize, self.codec = f, csize, codec
         self.bound = limits().inflate_ratio * csize + limits().expansion_floor
         self.size, self.pos, self.passes = self.bound, 0, 0
         self.kept: list[tuple[int, bytearray, int]] = []    # (start, bytes so far, bytes wanted)
@@ -100,8 +102,8 @@ class _Gunzip(SeekableReader):
     def _rewind(self) -> None:
         self.passes += 1
         if self.passes > GZIP_PASSES:
-            raise _Budget(f"reading it takes more than {GZIP_PASSES} passes over the gzip stream")
-        self.src = _Decompressed(self.f, self.csize, "gzip", self.bound)
+            raise _Budget(f"reading it takes more than {GZIP_PASSES} passes over the {self.codec} stream")
+        self.src = _Decompressed(self.f, self.csize, self.codec, self.bound)
         self.at, self.recent, self.recent_at, self.ended = 0, bytearray(), 0, False
 
     def want(self, start: int, length: int) -> None:
@@ -120,7 +122,7 @@ class _Gunzip(SeekableReader):
         if not chunk:
             self.ended = True
             if self.src.cut:
-                raise _Budget(f"the gzip stream inflates past the {self.bound:,} bytes scan decompresses "
+                raise _Budget(f"the {self.codec} stream inflates past the {self.bound:,} bytes scan decompresses "
                               f"(--limit inflate_ratio=N: x the file + expansion_floor)")
             self.error = self.src.error
             return b""
@@ -193,7 +195,7 @@ def _traced(norm: str) -> str | None:
     return None
 
 
-def _list(view: IO[bytes], named: bool, gz: _Gunzip | None,
+def _list(view: IO[bytes], named: bool, gz: Inflating | None,
           t: Trace) -> tuple[list[tarfile.TarInfo], bool] | None:
     """The members tarfile lists (at most MAX_TAR_MEMBERS), and whether the archive holds model_config.yaml; None when
     tarfile cannot open it as a tar, or when it holds no model_config.yaml and its name is not `.nemo`."""
@@ -232,9 +234,27 @@ def _list(view: IO[bytes], named: bool, gz: _Gunzip | None,
     return members, config
 
 
-def _extraction(t: Trace, members: list[tarfile.TarInfo], record: str) -> dict[str, str]:
-    """The paths the extraction writes: outside the folder (NeMo before 2.0), through a link (before 2.2). Returns the
-    members links point to from a name NeMo reads (model_weights.ckpt -> x: torch.load reads x), and how."""
+@dataclass(frozen=True)
+class Extractor:
+    """Who extracts a tar, and what it does with a member that writes outside its folder, with a link, and with a
+    member after a link: the words of extraction's findings (NeMo's restore_from; analysis/scan/archive.py's tools)."""
+    outside: str
+    through: str
+    links_out: str
+
+
+NEMO_EXTRACTION = Extractor(
+    outside="NeMo before 2.0 extracts with tarfile.extractall, which writes it outside the temporary folder, where the "
+            "archive's author chose (2.0+ skips it)",
+    through="NeMo before 2.2 extracts links, and a member after one is written where it points, outside the temporary "
+            "folder (2.2+ skips links)",
+    links_out="NeMo before 2.2 extracts them, and whatever then reads them reads files outside it, which scan cannot see")
+
+
+def extraction(t: Trace, members: list[tarfile.TarInfo], record: str, who: Extractor = NEMO_EXTRACTION) -> dict[str, str]:
+    """The paths the extraction writes: outside the folder (NeMo before 2.0), through a link (before 2.2), as findings
+    of `t`. Returns the members links point to from a name NeMo reads (model_weights.ckpt -> x: torch.load reads x),
+    and how."""
     w = Walk(f"{record} (extraction)", None)
     links: dict[str, bool] = {}        # a link member's path -> whether it points outside the folder
     outside: list[str] = []
@@ -245,15 +265,12 @@ def _extraction(t: Trace, members: list[tarfile.TarInfo], record: str) -> dict[s
         parts = norm.split("/")
         found: Finding | None = None
         if norm.startswith("/") or ".." in parts:
-            found = Finding(m.offset, "tar member", f"writes {m.name[:120]!r}", "NeMo before 2.0 extracts with tarfile."
-                            "extractall, which writes it outside the temporary folder, where the archive's author chose "
-                            "(2.0+ skips it)")
+            found = Finding(m.offset, "tar member", f"writes {m.name[:120]!r}", who.outside)
         elif not (m.issym() or m.islnk()):
             through = next((p for p in ("/".join(parts[:i]) for i in range(1, len(parts) + 1)) if links.get(p)), None)
             if through is not None:
                 found = Finding(m.offset, "tar member", f"writes {m.name[:120]!r} through the link {through[:80]!r}",
-                                "NeMo before 2.2 extracts links, and a member after one is written where it points, "
-                                "outside the temporary folder (2.2+ skips links)")
+                                who.through)
         else:
             target = m.linkname
             resolved = posixpath.normpath(posixpath.join(posixpath.dirname(norm), target) if m.issym() else target)
@@ -267,8 +284,7 @@ def _extraction(t: Trace, members: list[tarfile.TarInfo], record: str) -> dict[s
         elif found is not None:
             more += 1
     if outside:
-        t.unknown.append(f"{record}: link(s) out of the archive ({', '.join(outside[:3])}): NeMo before 2.2 extracts "
-                         "them, and whatever then reads them reads files outside it, which scan cannot see")
+        t.unknown.append(f"{record}: link(s) out of the archive ({', '.join(outside[:3])}): {who.links_out}")
     if more:
         t.notes.append(f"{more:,} more member(s) written outside the folder, not listed")
     if w.findings:
@@ -308,12 +324,12 @@ def _config(t: Trace, view: IO[bytes], m: tarfile.TarInfo, where: str) -> Config
     return v
 
 
-def _trace(path: str, view: IO[bytes], gz: _Gunzip | None, members: list[tarfile.TarInfo], record: str,
+def _trace(path: str, view: IO[bytes], gz: Inflating | None, members: list[tarfile.TarInfo], record: str,
            depth: int) -> tuple[Trace, list[ConfigVerdict]]:
     t = Trace(path, format=FORMAT if gz is None else f"{FORMAT[:-1]}, gzip'd tar: NeMo < 1.7)")
     t.reads = (f"{LOADER} extracts the tar, builds the model from {CONFIG} (hydra.utils.instantiate of each _target_, "
                f"import_class_by_path of target) and torch.loads {WEIGHTS} with weights_only=False")
-    linked = _extraction(t, members, record)
+    linked = extraction(t, members, record)
     configs: list[ConfigVerdict] = []
     traced = 0
     size = getattr(view, "size", None)
@@ -382,11 +398,11 @@ def _open(path: str, f: IO[bytes], size: int, named: bool, depth: int) -> tuple[
     view = _window(f, 0, size)
     t = Trace(path)
     listed = _list(view, named, None, t)
-    gz: _Gunzip | None = None
+    gz: Inflating | None = None
     if listed is None:
         if pread(f, 2, 0) != b"\x1f\x8b":
             return None
-        gz = _Gunzip(f, size)
+        gz = Inflating(f, size)
         view = cast(IO[bytes], gz)
         listed = _list(view, named, gz, t)
         if listed is None:

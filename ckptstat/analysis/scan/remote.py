@@ -21,13 +21,17 @@ why: never 'safe' for bytes that were not read.
 from __future__ import annotations
 
 import io
+import tempfile
 from typing import IO, Any
 
 from ...core.files import open_regular, size_of
 from ...core.io import SeekableReader, pread, prefetch
 from ...core.limits import limits
+from ...core.tar import archive_kind
 from ...core.urls import basename, redact
-from ...errors import CheckpointError, reading
+from ...errors import CheckpointError, CorruptCheckpointError, reading
+from .archive import LOADER as ARCHIVE_LOADER
+from .archive import Judge, judge_archive
 from .loaders import judge_other, judged_by_own_loader, training_args_note
 from .torch_load import Trace, finish, follow, report
 from .verdict import combine
@@ -129,7 +133,26 @@ def _other_url(url: str, traced: Trace) -> dict[str, Any] | None:
     return r
 
 
-def scan_url(url: str) -> dict[str, Any]:
+def _archive_url(url: str, judge: Judge) -> dict[str, Any] | None:
+    """An archive's report (analysis/scan/archive.py) read through a budget of `remote_scan_bytes`: the whole archive,
+    which extraction reads; 'unknown' when it is bigger. None: not an archive."""
+    bound = limits().remote_scan_bytes
+    with open_regular(url) as f:
+        size = size_of(f)
+        if archive_kind(pread(f, 512, 0)) is None:
+            return None
+        if size > bound:
+            t = Trace(url, format="an archive", reads="no loader opens an archive: users extract it and load its files")
+            t.unknown.append(f"an archive of {size:,} bytes, more than the {bound:,} scan reads of a remote file "
+                             "(download it, or raise --limit remote_scan_bytes)")
+            return report(t, loader=ARCHIVE_LOADER)
+        with tempfile.TemporaryFile() as whole:   # fetched once, then read as a local archive (tar seeks back)
+            whole.write(pread(f, size, 0))
+            whole.flush()
+            return judge_archive(url, whole, size, judge)
+
+
+def scan_url(url: str, judge: Judge | None = None) -> dict[str, Any]:
     """The `ckptstat.scan/1` report of a remote file, equal to the local scan of the same bytes (apart from
     `path`): a file its own loader reads judged by that loader's rules (loaders.py `judged_by_own_loader`, from the
     same trace: no byte more), any other by torch.load's trace and numpy's or Keras' rules, the worse winning
@@ -151,6 +174,12 @@ def scan_url(url: str) -> dict[str, Any]:
         def head(n: int) -> bytes:
             with open_regular(url) as f:
                 return pread(f, n, 0)
-        return training_args_note(url, combine(url, torch_report, torch_error, other, head))
+        try:
+            return training_args_note(url, combine(url, torch_report, torch_error, other, head))
+        except CorruptCheckpointError:   # no loader reads a pickle from it whole: an archive users extract?
+            archive = _archive_url(url, judge) if judge is not None else None
+            if archive is None:
+                raise
+            return archive
     except CheckpointError as e:
         raise type(e)(redact(url), e.reason) from None

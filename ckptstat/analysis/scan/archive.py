@@ -1,0 +1,349 @@
+"""`ckptstat scan` of an archive users extract before they load what is inside: a tar, plain or compressed (gzip,
+bzip2, xz: SageMaker's `model.tar.gz`, release tarballs, `.tgz` downloads), or a zip no loader reads as a whole (a
+zipped model folder; torch.load, np.load, Keras, torch.hub and the others are asked first: analysis/scan/loaders.py).
+No loader opens such a file, so the loaders' rules alone called it unreadable, and a folder scan passed it by; but
+a payload inside reaches the user one `tar xf` later.
+
+So its members are extracted, as `tar` / `unzip` would, into a private temporary folder (removed after; the input
+is never written), and that folder is judged as `ckptstat scan FOLDER` judges one: every file by what its loaders
+would do with its bytes (analysis/scan/__init__.py, the `judge` it hands in), an archive inside by these rules again,
+at most MAX_NESTING deep. The archive's report is the members': their findings and pickles named `member: record`,
+the worst verdict, and a `members` list. A tar member that extraction would write outside the folder (an absolute
+name, `..`) or through a link is a finding of its own (Python's `tarfile.extractall` without a filter, the default
+before Python 3.14, writes it: CVE-2007-4559); links are never made in the temporary folder, and a link out of the
+archive is unknown (what reads it reads outside). Bounded: MAX_MEMBERS listed, MAX_EXTRACTED written, at most
+`spill_bytes` written in all, a compressed stream inflated at most `inflate_ratio` x the file + `expansion_floor`, a
+zip member at most that ratio of its compressed bytes; past any bound the verdict is unknown, naming it.
+`*.safetensors` members are not written (torch.load hands such a path to safetensors; no loader reads a pickle from
+one): counted in a note.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import tempfile
+import threading
+import zipfile
+from collections.abc import Callable
+from functools import partial
+from typing import IO, Any
+
+from ...core.io import Window, pread
+from ...core.limits import limits
+from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kind, bounded_tarinfo, codec
+from ...errors import CkptstatError
+from .nemo import Extractor, Inflating, extraction
+from .torch_load import Trace, report
+
+LOADER = "extracting it (tar / unzip) and loading what it holds"
+MAX_NESTING = 2                 # an archive inside an archive inside an archive: unknown
+MAX_MEMBERS = MAX_TAR_MEMBERS   # members listed
+MAX_EXTRACTED = 10_000          # members written and judged
+SHOWN = 3                       # members' verdicts quoted in the archive's
+_CHUNK = 1 << 20
+TAR_EXTRACTION = Extractor(
+    outside="Python's tarfile.extractall without a filter (its default before Python 3.14) writes it there, outside "
+            "the folder it extracts to, where the archive's author chose (GNU tar strips or refuses such names)",
+    through="tar and tarfile.extractall without a filter make links, and a member after one is written where it "
+            "points, outside the folder it extracts to",
+    links_out="tar and tarfile.extractall make them, and whatever then reads them reads files outside the folder, "
+              "which scan cannot see")
+
+# (rel, path) -> ("report", report) | ("unreadable", why) | None (no loader reads a pickle or config from it)
+Judge = Callable[[str, str], tuple[str, Any] | None]
+_nesting = threading.local()   # archives being judged, one inside another, in this thread (audit judges URLs in threads)
+
+
+class _Bound(CkptstatError):
+    """A bound of this module: the verdict is unknown, naming it."""
+
+
+def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str, Any] | None:
+    """The scan report of the archive `f` (`size` bytes), its members judged by `judge` once extracted; None when it
+    is no tar (plain, gzip, bz2, xz) or zip that Python's tarfile / zipfile opens."""
+    head = pread(f, 512, 0)
+    if archive_kind(head) is None:
+        return None
+    t = Trace(path, reads="no loader opens an archive: users extract it (tar, unzip) and load its files, judged here "
+                          "as the files of a folder")
+    tmp = tempfile.mkdtemp(prefix="ckptstat-scan-")
+    depth = _nesting.depth = getattr(_nesting, "depth", 0) + 1
+    try:
+        if depth > MAX_NESTING:
+            t.format = "an archive"
+            t.unknown.append(f"an archive nested {depth} deep, which scan does not open")
+            return report(t, loader=LOADER)
+        written = _zip(t, f, size, tmp) if head[:4] in ZIP_STARTS else _tar(t, f, size, head, tmp)
+        if written is None:
+            return None
+        return _report(t, written, tmp, judge)
+    finally:
+        _nesting.depth -= 1
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Out:
+    """The members written so far into the temporary folder, within the bounds."""
+
+    def __init__(self, t: Trace, tmp: str):
+        self.t, self.tmp = t, tmp
+        self.files: list[tuple[str, str]] = []                   # (the member's name as shown, the file written)
+        self.written: dict[str, str] = {}                        # member path -> the file written
+        self.deferred: dict[str, Callable[[str], None]] = {}     # a *.safetensors member's path -> how to write it
+        self.links: list[tuple[str, str]] = []                   # (link member, the member it points to)
+        self.deferred_sizes: dict[str, int] = {}
+        self.bytes = 0
+        self.full = False
+
+    def target(self, name: str, size: int) -> str | None:
+        """Where member `name` of `size` bytes goes, or None when it is not written (said in the trace)."""
+        norm = _norm(name)
+        if norm is None or self.full:
+            return None
+        left = limits().spill_bytes - self.bytes
+        if len(self.files) >= MAX_EXTRACTED or size > left:
+            self.full = True
+            why = (f"more than {MAX_EXTRACTED:,} members to extract" if len(self.files) >= MAX_EXTRACTED else
+                   f"{name[:120]!r}: {size:,} bytes, past the {limits().spill_bytes:,} scan writes out of an archive "
+                   "(--limit spill_bytes=N)")
+            self.t.unknown.append(f"{why}: scan judged the members before it and no more")
+            return None
+        if "\0" in norm:
+            return None
+        k = 0   # a member whose name an earlier one holds goes to a folder of its own: each is judged (tar and unzip
+        while _taken(os.path.join(self.tmp, str(k)), norm):   # keep the last, `tar --keep-old-files` the first)
+            k += 1
+        dest = os.path.join(self.tmp, str(k), *norm.split("/"))
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+        except (OSError, ValueError) as e:
+            self.t.notes.append(f"{name[:120]!r}: cannot be written here to be judged ({e})")
+            return None
+        self.files.append((norm if k == 0 else f"{norm} (#{k + 1} of that name)", dest))
+        self.written[norm] = dest
+        self.bytes += size
+        return dest
+
+    def member(self, name: str, size: int, write: Callable[[str], None]) -> None:
+        """A regular member: written now, or, for `*.safetensors` (no loader reads a pickle from one), only when a
+        link of another name points to it (`resolve_links`)."""
+        norm = _norm(name)
+        if norm is not None and norm.lower().endswith(".safetensors"):
+            self.deferred[norm] = lambda dest: write(dest)
+            self.deferred_sizes[norm] = size
+            return
+        dest = self.target(name, size)
+        if dest is not None:
+            self.write(name, dest, write)
+
+    def write(self, name: str, dest: str, write: Callable[[str], None]) -> None:
+        try:
+            write(dest)
+        except (OSError, ValueError) as e:   # (a name this system cannot hold: too long, a NUL)
+            self.t.notes.append(f"{name[:120]!r}: cannot be written here to be judged ({e})")
+
+    def link(self, name: str, resolved: str) -> None:
+        self.links.append((name, resolved))
+
+    def resolve_links(self) -> None:
+        """Each link inside the archive as a copy of what it points to (extraction makes the link; a loader given its
+        name reads those bytes), so a pickle stored as `a.safetensors` behind a link `a.pth` is judged as `a.pth`."""
+        for name, resolved in self.links:
+            src = self.written.get(resolved)
+            size = os.path.getsize(src) if src else self.deferred_sizes.get(resolved, -1)
+            if size < 0 or (_norm(name) or "").lower().endswith(".safetensors"):
+                continue
+            dest = self.target(name, size)
+            if dest is None:
+                continue
+            if src:
+                self.write(name, dest, partial(shutil.copyfile, src))
+            else:
+                self.write(name, dest, self.deferred[resolved])
+
+    @property
+    def safetensors(self) -> int:
+        return len(self.deferred)
+
+
+def _norm(name: str) -> str | None:
+    """A member's path as extraction writes it inside the folder (None: outside it, or the folder itself)."""
+    norm = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
+    return None if norm in ("", ".", "..") or norm.startswith("../") else norm
+
+
+def _taken(root: str, norm: str) -> bool:
+    """Whether writing `norm` under `root` meets an earlier member: that name, or a file where it needs a folder."""
+    parts = norm.split("/")
+    return os.path.lexists(os.path.join(root, *parts)) or \
+        any(os.path.isfile(os.path.join(root, *parts[:i])) for i in range(1, len(parts)))
+
+
+def _at(f: IO[bytes], offset: int) -> IO[bytes]:
+    f.seek(offset)
+    return f
+
+
+def _copy(src: IO[bytes], dest: str, size: int) -> None:
+    with open(dest, "xb") as out:
+        left = size
+        while left > 0:
+            data = src.read(min(_CHUNK, left))
+            if not data:
+                break
+            out.write(data)
+            left -= len(data)
+
+
+def _tar(t: Trace, f: IO[bytes], size: int, head: bytes, tmp: str) -> _Out | None:
+    compressed = codec(head)
+    view: IO[bytes] = Window(f, 0, size) if compressed is None else Inflating(f, size, compressed)  # type: ignore[assignment]
+    try:
+        tar = tarfile.open(fileobj=view, mode="r:", tarinfo=bounded_tarinfo())
+    except (tarfile.TarError, TarHeaderBound, CkptstatError):
+        return None
+    t.format = "tar archive" + (f" ({compressed}-compressed)" if compressed else "")
+    out = _Out(t, tmp)
+    members: list[tarfile.TarInfo] = []
+    try:
+        while (m := tar.next()) is not None:
+            if len(members) >= MAX_MEMBERS:
+                t.unknown.append(f"a tar of more than {MAX_MEMBERS:,} members: scan lists at most that many")
+                break
+            members.append(m)
+            if m.isreg() and m.sparse is None:
+                def write(dest: str, at: int = m.offset_data, n: int = m.size) -> None:
+                    _copy(_at(view, at), dest, n)
+                out.member(m.name, m.size, write)
+            elif m.isreg():
+                t.unknown.append(f"{m.name[:120]!r}: a sparse tar member, which scan does not follow")
+            elif m.issym() or m.islnk():
+                target = posixpath.join(posixpath.dirname(m.name), m.linkname) if m.issym() else m.linkname
+                if (resolved := _norm(target)) is not None and not m.linkname.startswith("/"):
+                    out.link(m.name, resolved)
+        out.resolve_links()
+    except (TarHeaderBound, CkptstatError) as e:
+        t.unknown.append(f"listing the tar: {e}")
+    except tarfile.TarError as e:
+        t.notes.append(f"tarfile raises after {len(members):,} member(s) ({e}): extraction stops there")
+    if isinstance(view, Inflating) and view.error:
+        t.notes.append(f"the {compressed} stream is damaged ({view.error}): extraction stops where it reads that far")
+    extraction(t, members, "the archive", TAR_EXTRACTION)
+    return out
+
+
+def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
+    try:
+        f.seek(0)
+        zf = zipfile.ZipFile(f)
+        infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return None
+    t.format = "zip archive"
+    out = _Out(t, tmp)
+    bound = limits()
+    for i in infos[:MAX_MEMBERS]:
+        if i.is_dir():
+            continue
+        name = i.filename[:120]
+        if stat.S_ISLNK(i.external_attr >> 16):   # unzip makes a link (Python's zipfile writes its target as text)
+            target = zf.read(i)[:4096].decode("utf-8", "replace") if i.file_size <= 4096 else ""
+            resolved = _norm(posixpath.join(posixpath.dirname(i.filename), target))
+            if resolved is None or target.startswith("/"):
+                t.unknown.append(f"{name!r}: a link out of the archive (unzip makes it): what reads it reads files "
+                                 "outside the folder, which scan cannot see")
+            else:
+                out.link(i.filename, resolved)
+            continue
+        if i.flag_bits & 0x1:
+            t.unknown.append(f"{name!r}: encrypted, which scan cannot read")
+            continue
+        if i.file_size > bound.inflate_ratio * i.compress_size + bound.expansion_floor:
+            t.unknown.append(f"{name!r}: inflates to {i.file_size:,} bytes from {i.compress_size:,}, past "
+                             f"{bound.inflate_ratio}x (--limit inflate_ratio=N)")
+            continue
+        def write(dest: str, info: zipfile.ZipInfo = i) -> None:
+            try:
+                with zf.open(info) as src:
+                    _copy(src, dest, info.file_size)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
+                t.notes.append(f"{info.filename[:120]!r}: zipfile raises reading it ({e}): extraction fails there")
+        out.member(i.filename, i.file_size, write)
+    out.resolve_links()
+    if len(infos) > MAX_MEMBERS:
+        t.unknown.append(f"a zip of more than {MAX_MEMBERS:,} members: scan lists at most that many")
+    return out
+
+
+def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
+    if out.safetensors:
+        t.notes.append(f"{out.safetensors:,} *.safetensors member(s) not looked into (no loader reads a pickle from one)")
+    members: list[dict[str, Any]] = []
+    reports: list[tuple[str, dict[str, Any]]] = []
+    for rel, dest in out.files:
+        found = judge(rel, dest)
+        if found is None:
+            continue
+        kind, value = found
+        if kind == "report":
+            r = _unspill(value, dest[:len(dest) - len(rel.split(" (#")[0])])
+            reports.append((rel, r))
+            members.append({"path": rel, "status": r["status"], "format": r["format"], "verdict": r["verdict"]})
+        else:
+            t.notes.append(f"{rel}: {value}")
+            members.append({"path": rel, "status": "unreadable", "format": None, "verdict": value})
+    r = report(t, loader=LOADER)
+    writes = [fd["global"] for fd in r["findings"] if fd["opcode"] == "tar member"]
+    for rel, m in reports:
+        _merge(r, rel, m)
+    rank = {"unsafe": 0, "unknown": 1, "safe": 2}
+    status = min([r["status"]] + [m["status"] for _, m in reports], key=rank.__getitem__)
+    bad = [f"{rel}: {m['verdict'].split(': ', 1)[-1]}" for rel, m in reports if m["status"] == status != "safe"]
+    if status == "unsafe":
+        parts = ([f"extraction {', '.join(writes[:SHOWN])}{' ...' if len(writes) > SHOWN else ''} ({TAR_EXTRACTION.outside})"]
+                 if writes else []) + bad[:SHOWN] + ([f"{len(bad) - SHOWN:,} more member(s)"] if len(bad) > SHOWN else [])
+        r["verdict"] = "UNSAFE: " + "; ".join(parts)
+    elif status == "unknown":
+        r["verdict"] = "UNKNOWN: " + (f"scan cannot tell what {LOADER} would run: {t.unknown[0]}" if t.unknown else bad[0])
+    else:
+        r["verdict"] = (f"safe: {len(reports):,} of its {len(out.files):,} extracted member(s) hold a pickle or config "
+                        "a loader reads, each judged safe as a folder's file" if reports else
+                        f"safe: none of its {len(out.files):,} extracted member(s) holds a pickle or config a loader "
+                        "reads")
+    r["status"], r["would_run_code"], r["members"] = status, status != "safe", members
+    return r
+
+
+def _merge(r: dict[str, Any], rel: str, m: dict[str, Any]) -> None:
+    """Member `rel`'s report `m` into the archive's `r`: its pickles and findings named `rel: record`."""
+    def named(x: dict[str, Any]) -> dict[str, Any]:
+        return {**x, "record": f"{rel}: {x['record']}", **({"file_offset": None} if "file_offset" in x else {})}
+    r["pickles"] += [{**named(p), "findings": [named(fd) for fd in p["findings"]]} for p in m["pickles"]]
+    r["findings"] += [named(fd) for fd in m["findings"]]
+    known = {g["name"]: g for g in r["globals"]}
+    for g in m["globals"]:
+        if g["name"] in known:
+            known[g["name"]] = {**known[g["name"]], "count": known[g["name"]]["count"] + g["count"],
+                                "allowed": known[g["name"]]["allowed"] and g["allowed"]}
+        else:
+            known[g["name"]] = dict(g)
+    r["globals"] = [known[n] for n in sorted(known)]
+    r["unsafe_globals"] = sorted(set(r["unsafe_globals"]) | set(m["unsafe_globals"]))
+    r["unreached_unsafe_globals"] = sorted((set(r["unreached_unsafe_globals"]) | set(m["unreached_unsafe_globals"]))
+                                           - set(r["unsafe_globals"]))
+    r["unknown"] += [f"{rel}: {u}" for u in m["unknown"]]
+    r["notes"] += [f"{rel}: {n}" for n in m.get("notes", [])]
+
+
+def _unspill(x: Any, prefix: str) -> Any:
+    """`x` with the temporary folder's path taken out of its strings (a member is named by its path in the archive)."""
+    if isinstance(x, str):
+        return x.replace(prefix, "")
+    if isinstance(x, list):
+        return [_unspill(v, prefix) for v in x]
+    if isinstance(x, dict):
+        return {k: _unspill(v, prefix) for k, v in x.items()}
+    return x

@@ -1,0 +1,307 @@
+"""`ckptstat scan` of archives users extract before loading (analysis/scan/archive.py): tars (plain, gzip, bzip2, xz)
+and zips no loader reads whole. The oracle is what users do: Python's tarfile / zipfile extract the archive (tarfile
+without a filter, its default before Python 3.14), then torch.load(weights_only=False) of every file it made (links
+followed, as a loader given the name follows them); the payload makes a marker folder when it runs. scan says unsafe
+exactly where that ran the payload (or where extraction wrote outside its folder), safe elsewhere."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import sys
+import tarfile
+import zipfile
+
+import library_runner
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from remote_server import Server  # noqa: E402
+
+from ckptstat import sources  # noqa: E402
+from ckptstat.analysis.scan import scan_path  # noqa: E402
+from ckptstat.core import limits  # noqa: E402
+from ckptstat.errors import CkptstatError  # noqa: E402
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+MARKER = "payload-ran"
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.mkdir, (MARKER,))
+
+
+EVIL = pickle.dumps(_Payload(), protocol=2)
+
+# extract as users do, then torch.load every file extraction made, in the case's own folder (the marker lands there)
+EXTRACT_AND_LOAD = """
+import os, sys, tarfile, zipfile, warnings, torch
+warnings.simplefilter("ignore")
+def extract(archive, out):   # and the archives inside it, as a user unpacking all the way does
+    os.makedirs(out)
+    try:
+        if zipfile.is_zipfile(archive) and not tarfile.is_tarfile(archive):
+            zipfile.ZipFile(archive).extractall(out)
+        else:
+            with tarfile.open(archive) as t:
+                t.extractall(out, filter="fully_trusted") if hasattr(tarfile, "fully_trusted_filter") else t.extractall(out)
+    except BaseException:
+        pass
+    for folder, _, files in os.walk(out):
+        for name in files:
+            if name.endswith((".tar", ".tgz", ".tar.gz", ".tar.xz", ".tar.bz2", ".zip")):
+                extract(os.path.join(folder, name), os.path.join(folder, name + ".out"))
+archive, out = sys.argv[1], sys.argv[2]
+extract(archive, out)
+for folder, _, files in os.walk(out):
+    for name in files:
+        path = os.path.join(folder, name)
+        if name.endswith(".safetensors"):
+            continue   # torch.load hands such a path to safetensors
+        try:
+            torch.load(path, weights_only=False)
+        except BaseException:
+            pass
+"""
+
+
+def _member(t: tarfile.TarFile, name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, len(data) if kind == tarfile.REGTYPE else 0
+    t.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+def _model_folder(root: str) -> str:
+    """A model folder as save_pretrained and a training script leave it: safetensors, a torch.save, a config, code."""
+    os.makedirs(os.path.join(root, "code"))
+    safetensors_torch.save_file({"w": torch.ones(4)}, os.path.join(root, "model.safetensors"))
+    torch.save({"w": torch.ones(3)}, os.path.join(root, "pytorch_model.bin"))
+    with open(os.path.join(root, "config.json"), "w") as f:
+        json.dump({"model_type": "bert"}, f)
+    with open(os.path.join(root, "code", "inference.py"), "w") as f:
+        f.write("print('hello')\n")
+    return root
+
+
+def _tar(path: str, mode: str, folder: str | None, extra: list[tuple] = ()) -> str:
+    with tarfile.open(path, mode) as t:
+        if folder:
+            t.add(folder, arcname=".")
+        for args in extra:
+            _member(t, *args)
+    return path
+
+
+def _zip(path: str, folder: str | None, extra: list[tuple[str, bytes]] = (), method: int = zipfile.ZIP_DEFLATED) -> str:
+    with zipfile.ZipFile(path, "w", method) as z:
+        for root, _, files in os.walk(folder or os.devnull):
+            for name in files:
+                p = os.path.join(root, name)
+                z.write(p, os.path.relpath(p, folder))
+        for name, data in extra:
+            z.writestr(name, data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """name -> path of each archive case; a benign folder and a copy of it as the inner archive of a nested one."""
+    d = str(tmp_path_factory.mktemp("archives"))
+    m = _model_folder(os.path.join(d, "src"))
+    bomb_free = os.path.join(d, "cases")
+    os.makedirs(bomb_free)
+    c = {}
+    def at(name: str) -> str:
+        return os.path.join(bomb_free, name)
+    c["clean.tar.gz"] = _tar(at("clean.tar.gz"), "w:gz", m)
+    c["clean.tar"] = _tar(at("clean.tar"), "w", m)
+    c["clean.zip"] = _zip(at("clean.zip"), m)
+    c["optimizer.tar.bz2"] = _tar(at("optimizer.tar.bz2"), "w:bz2", m, [("sub/optimizer.pt", EVIL)])
+    c["unnamed.tar.xz"] = _tar(at("unnamed.tar.xz"), "w:xz", m, [("weights", EVIL)])   # no extension: torch.load reads it
+    c["folder.zip"] = _zip(at("folder.zip"), m, [("checkpoints/last.ckpt", EVIL)])
+    c["stored.zip"] = _zip(at("stored.zip"), m, [("model.pkl", EVIL)], zipfile.ZIP_STORED)
+    c["hardlink.tar"] = _tar(at("hardlink.tar"), "w", None, [("a.safetensors", EVIL),
+                                                             ("a.pth", b"", tarfile.LNKTYPE, "a.safetensors")])
+    c["symlink.tgz"] = _tar(at("symlink.tgz"), "w:gz", None, [("blobs/x.safetensors", EVIL),
+                                                              ("snap/model.bin", b"", tarfile.SYMTYPE,
+                                                               "../blobs/x.safetensors")])
+    benign = open(os.path.join(m, "pytorch_model.bin"), "rb").read()
+    c["later.tar"] = _tar(at("later.tar"), "w", None, [("pytorch_model.bin", benign), ("pytorch_model.bin", EVIL)])
+    c["earlier.tar"] = _tar(at("earlier.tar"), "w", None, [("pytorch_model.bin", EVIL), ("pytorch_model.bin", benign)])
+    inner = _tar(os.path.join(d, "inner.tar.xz"), "w:xz", None, [("weights.pt", EVIL)])
+    shutil.copy(inner, os.path.join(m, "inner.tar.xz"))
+    c["nested.tgz"] = _tar(at("nested.tgz"), "w:gz", m)
+    os.unlink(os.path.join(m, "inner.tar.xz"))
+    return d, c
+
+
+def _ran(tmp: str, archive: str) -> bool:
+    """Whether extracting `archive` with Python's tarfile / zipfile and torch.loading what it holds ran the payload."""
+    case = os.path.join(tmp, os.path.basename(archive) + ".run")
+    os.makedirs(case)
+    library_runner.python(EXTRACT_AND_LOAD, archive, os.path.join(case, "out"), cwd=case)
+    return os.path.isdir(os.path.join(case, MARKER))
+
+
+def test_scan_says_unsafe_exactly_where_extracting_and_loading_runs_the_payload(archives, tmp_path):
+    _, cases = archives
+    wrong = []
+    for name, path in sorted(cases.items()):
+        if name == "earlier.tar":   # extraction keeps the last member of a name: its payload never reaches a loader
+            continue
+        ran = _ran(str(tmp_path), path)
+        r = scan_path(path)
+        if (r["status"] == "unsafe") != ran or r["status"] not in ("unsafe", "safe"):
+            wrong.append((name, r["status"], ran, r["verdict"]))
+    assert not wrong, wrong
+    assert sum(n.startswith(("clean", )) for n in cases) == 3
+
+
+def test_an_archives_report_names_the_member(archives):
+    _, c = archives
+    assert scan_path(c["optimizer.tar.bz2"])["verdict"].startswith("UNSAFE: sub/optimizer.pt: torch.load")
+    assert scan_path(c["unnamed.tar.xz"])["findings"][0]["record"].startswith("weights: ")
+    assert "inner.tar.xz: weights.pt: " in scan_path(c["nested.tgz"])["verdict"]
+    assert scan_path(c["hardlink.tar"])["unsafe_globals"] == ["posix.mkdir"]
+    assert "a.pth" in scan_path(c["hardlink.tar"])["verdict"]
+    assert "snap/model.bin" in scan_path(c["symlink.tgz"])["verdict"]
+    r = scan_path(c["clean.tar.gz"])
+    assert r["format"] == "tar archive (gzip-compressed)"
+    assert {m["path"]: m["status"] for m in r["members"]} == {"pytorch_model.bin": "safe"}
+    assert any("safetensors" in n for n in r["notes"])
+    assert scan_path(c["clean.zip"])["format"] == "zip archive"
+
+
+def test_every_member_of_a_name_is_judged(archives):
+    """tar keeps the last member of a name, `tar --keep-old-files` the first: a payload in either is found."""
+    _, c = archives
+    for name in ("later.tar", "earlier.tar"):
+        r = scan_path(c[name])
+        assert r["status"] == "unsafe", name
+        assert [m["path"] for m in r["members"]] == ["pytorch_model.bin", "pytorch_model.bin (#2 of that name)"]
+
+
+def test_a_member_written_outside_the_folder_is_a_finding(tmp_path):
+    """Python's tarfile.extractall without a filter writes `../` and absolute names where they point (checked here by
+    doing it), and through a link an earlier member made."""
+    p = _tar(str(tmp_path / "escape.tar"), "w", None, [("../../escaped.txt", b"x\n")])
+    out = tmp_path / "a" / "b" / "out"
+    out.mkdir(parents=True)
+    with tarfile.open(p) as t:
+        t.extractall(out, filter="fully_trusted") if hasattr(tarfile, "fully_trusted_filter") else t.extractall(out)
+    assert (tmp_path / "a" / "escaped.txt").exists()   # the oracle: it did write outside
+    r = scan_path(p)
+    assert r["status"] == "unsafe" and r["findings"][0]["opcode"] == "tar member"
+    assert "writes '../../escaped.txt'" in r["verdict"]
+    q = _tar(str(tmp_path / "through.tar"), "w", None, [("d", b"", tarfile.SYMTYPE, "/tmp"), ("d/x.py", b"1\n")])
+    r = scan_path(q)
+    assert r["status"] == "unsafe" and "through the link 'd'" in r["verdict"]
+    assert any("link(s) out of the archive" in u for u in r["unknown"])
+
+
+def test_bounds_make_the_verdict_unknown(tmp_path, cli):
+    zeros = _tar(str(tmp_path / "zeros.tar.gz"), "w:gz", None, [("big.bin", bytes(300 << 20))])
+    r = scan_path(zeros)   # ~300 KB of gzip inflating to 300 MB: past 128x + 64 MiB
+    assert r["status"] == "unknown" and "inflates past" in r["verdict"]
+    rc, out, _ = cli("--limit", "inflate_ratio=2000", "scan", str(tmp_path / "zeros.tar.gz"))
+    assert rc == 0, out
+    evil = _tar(str(tmp_path / "spill.tar"), "w", None, [("a.bin", bytes(4096)), ("b.pkl", EVIL)])
+    rc, out, _ = cli("--limit", "spill_bytes=4100", "scan", evil, "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["status"] == "unknown" and "spill_bytes" in r["verdict"]
+    deep = _tar(str(tmp_path / "l1.tar"), "w", None, [("w.pt", EVIL)])
+    for level in (2, 3):
+        deep = _tar(str(tmp_path / f"l{level}.tar"), "w", None, [(os.path.basename(deep), open(deep, "rb").read())])
+    r = scan_path(deep)
+    assert r["status"] == "unknown" and "nested 3 deep" in r["verdict"]
+    limits.reset()
+
+
+def test_a_damaged_archive_is_judged_as_far_as_extraction_goes(tmp_path, cli):
+    data = open(_tar(str(tmp_path / "whole.tar.gz"), "w:gz", None,
+                     [("a.pkl", EVIL), ("pad.bin", os.urandom(1 << 16))]), "rb").read()
+    (tmp_path / "cut.tar.gz").write_bytes(data[:len(data) - 4096])
+    rc, out, err = cli("scan", str(tmp_path / "cut.tar.gz"))
+    assert rc == 1 and "Traceback" not in out + err and "UNSAFE: a.pkl" in out
+
+
+def test_what_is_no_archive_is_refused_as_before(tmp_path, cli):
+    import gzip
+
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"hello\n" * 100))
+    rc, _, err = cli("scan", str(tmp_path / "notes.txt.gz"))
+    assert rc == 2 and err.count("\n") == 1
+    # a loader's own name keeps that loader's error: a .keras zip Keras cannot read is unreadable, not an archive
+    _zip(str(tmp_path / "broken.keras"), None, [("config.json", "{"), ("model.weights.h5", b"")])
+    rc, _, err = cli("scan", str(tmp_path / "broken.keras"))
+    assert rc == 2
+
+
+def test_a_folder_scan_lists_archives_and_leaves_nothing_behind(archives, tmp_path, monkeypatch, cli):
+    """Before, a folder scan passed `model.tar.gz` by without a word (no loader reads it): `0 unsafe`, exit 0."""
+    d, c = archives
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    for name in ("clean.tar.gz", "folder.zip", "nested.tgz"):
+        shutil.copy(c[name], folder / name)
+    before = {p: os.path.getmtime(p) for p in map(str, folder.iterdir())}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    rc, out, _ = cli("scan", str(folder), "--json")
+    r = json.loads(out)
+    assert rc == 1
+    assert {f["path"]: f["status"] for f in r["files"]} == {"clean.tar.gz": "safe", "folder.zip": "unsafe",
+                                                             "nested.tgz": "unsafe"}
+    assert os.listdir(scratch) == []
+    assert {p: os.path.getmtime(p) for p in map(str, folder.iterdir())} == before
+
+
+def test_remote_archives_read_as_the_local_ones(archives):
+    d, c = archives
+    sources.reset()
+    try:
+        with Server(os.path.dirname(c["folder.zip"])) as s:
+            for name in ("folder.zip", "clean.tar.gz", "nested.tgz", "hardlink.tar"):
+                local, remote = scan_path(c[name]), scan_path(f"{s.url}/{name}")
+                local.pop("path"), remote.pop("path")
+                assert remote == local, name
+            limits.set_limits(remote_scan_bytes=1000)
+            r = scan_path(f"{s.url}/folder.zip")
+            assert r["status"] == "unknown" and "remote_scan_bytes" in r["verdict"]
+    finally:
+        limits.reset()
+        sources.reset()
+
+
+@pytest.mark.parametrize("behaviour", [{"drop": True}, {"claim": 100, "hostile_from": 3}, {"cut": 50, "hostile_from": 3},
+                                       {"short": 700, "hostile_from": 3}])
+def test_a_server_that_fails_or_lies_never_gets_an_archive_called_clean(archives, behaviour):
+    _, c = archives
+    sources.reset()
+    try:
+        with Server(os.path.dirname(c["folder.zip"]), **behaviour) as s:
+            try:
+                r = scan_path(f"{s.url}/folder.zip")
+            except CkptstatError:
+                return
+            assert r["status"] == "unsafe", r["verdict"]
+    finally:
+        sources.reset()
+
+
+def test_other_commands_say_an_archive_is_one(archives, cli):
+    """`ckptstat model.tar.gz` said "not a checkpoint format (first bytes 1f 8b 08 ...)": it now says what it is."""
+    _, c = archives
+    for name, kind in (("clean.tar.gz", "gzip-compressed data"), ("clean.tar", "a tar archive"),
+                       ("clean.zip", "a zip archive")):
+        rc, out, err = cli("summary", c[name])
+        assert rc != 0 and out == "" and err.count("\n") == 1 and f"reads: {kind} (extract it" in err, err
