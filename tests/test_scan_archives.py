@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 import tarfile
@@ -125,6 +126,10 @@ def archives(tmp_path_factory):
     c["unnamed.tar.xz"] = _tar(at("unnamed.tar.xz"), "w:xz", m, [("weights", EVIL)])   # no extension: torch.load reads it
     c["folder.zip"] = _zip(at("folder.zip"), m, [("checkpoints/last.ckpt", EVIL)])
     c["stored.zip"] = _zip(at("stored.zip"), m, [("model.pkl", EVIL)], zipfile.ZIP_STORED)
+    keras_config = json.dumps({"class_name": "Sequential", "config": {"name": "s", "layers": []}, "module": "keras"})
+    # a zip Keras' rules read by its weights' names (its config safe), with a pickle beside them: both judged
+    c["keras-folder.zip"] = _zip(at("keras-folder.zip"), None, [("config.json", keras_config),
+                                                               ("model.weights.h5", b""), ("extra/evil.pkl", EVIL)])
     c["hardlink.tar"] = _tar(at("hardlink.tar"), "w", None, [("a.safetensors", EVIL),
                                                              ("a.pth", b"", tarfile.LNKTYPE, "a.safetensors")])
     c["symlink.tgz"] = _tar(at("symlink.tgz"), "w:gz", None, [("blobs/x.safetensors", EVIL),
@@ -175,6 +180,8 @@ def test_an_archives_report_names_the_member(archives):
     assert {m["path"]: m["status"] for m in r["members"]} == {"pytorch_model.bin": "safe"}
     assert any("safetensors" in n for n in r["notes"])
     assert scan_path(c["clean.zip"])["format"] == "zip archive"
+    r = scan_path(c["keras-folder.zip"])
+    assert r["verdict"].startswith("UNSAFE: extra/evil.pkl: ") and any("Keras" in n for n in r["notes"])
 
 
 def test_every_member_of_a_name_is_judged(archives):
@@ -228,6 +235,7 @@ def test_a_damaged_archive_is_judged_as_far_as_extraction_goes(tmp_path, cli):
     (tmp_path / "cut.tar.gz").write_bytes(data[:len(data) - 4096])
     rc, out, err = cli("scan", str(tmp_path / "cut.tar.gz"))
     assert rc == 1 and "Traceback" not in out + err and "UNSAFE: a.pkl" in out
+    assert re.search(r"^member UNSAFE +a\.pkl$", out, re.M), out   # the members a loader reads, one line each
 
 
 def test_what_is_no_archive_is_refused_as_before(tmp_path, cli):
@@ -270,7 +278,7 @@ def test_remote_archives_read_as_the_local_ones(archives):
     sources.reset()
     try:
         with Server(os.path.dirname(c["folder.zip"])) as s:
-            for name in ("folder.zip", "clean.tar.gz", "nested.tgz", "hardlink.tar"):
+            for name in ("folder.zip", "clean.tar.gz", "nested.tgz", "hardlink.tar", "keras-folder.zip"):
                 local, remote = scan_path(c[name]), scan_path(f"{s.url}/{name}")
                 local.pop("path"), remote.pop("path")
                 assert remote == local, name

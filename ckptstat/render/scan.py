@@ -36,6 +36,8 @@ def render_scan(r: dict, console: Console) -> None:
         console.print(Text("unknown      ", style="yellow").append_text(safe(why)))
     for note in r["notes"]:
         console.print(Text("note         ", style="dim").append_text(safe(note)))
+    for m in r.get("members", []):   # an archive's members a loader reads (analysis/scan/archive.py)
+        console.print(name_line(Text(f"member {m['status'].upper():<11}", style=_STYLE[m["status"]]), m["path"]))
     console.print(safe(r["verdict"]), style=_STYLE[r["status"]])
 
 

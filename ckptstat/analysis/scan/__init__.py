@@ -21,7 +21,7 @@ from typing import Any
 from ...core.files import followed, open_regular, walk
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
-from .archive import judge_archive
+from .archive import also_archive, judge_archive, worse
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
 from .torch_load import Trace, finish, trace
 from .torch_load import scan as scan_file
@@ -227,18 +227,25 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
 def scan_local(path: str) -> dict[str, Any]:
     """What the loaders that read these bytes would run: torch.load's path always (analysis/scan/torch_load.py, through
     the zip directory miniz reads), and numpy's or Keras' (analysis/scan/loaders.py) where they read the file too;
-    the worse verdict wins (analysis/scan/verdict.py, as for a URL)."""
+    the worse verdict wins (analysis/scan/verdict.py, as for a URL). A file whose name is no loader's, which torch.load
+    does not read, is also judged as an archive users extract when it is one (analysis/scan/archive.py): alone when
+    no loader reads it, else the worse of the two."""
     try:
         r = _scan_local(path)
-    except CorruptCheckpointError:   # no loader reads a pickle from it whole: an archive users extract? (archive.py)
-        if pickle_named(path) or not os.path.isfile(path):   # (a loader's own name: that loader's error stands)
-            raise
-        with open_regular(path) as f:
-            archive = judge_archive(path, f, os.fstat(f.fileno()).st_size, _judged)
+    except CorruptCheckpointError:   # no loader reads a pickle from it whole: an archive users extract?
+        archive = _archive(path)
         if archive is None:
             raise
         return archive
-    return training_args_note(path, r)
+    return worse(training_args_note(path, r), _archive(path) if also_archive(r) else None)
+
+
+def _archive(path: str) -> dict[str, Any] | None:
+    """The archive report of a local file whose name is no loader's (whose loader's error or report stands)."""
+    if pickle_named(path) or not os.path.isfile(path):
+        return None
+    with open_regular(path) as f:
+        return judge_archive(path, f, os.fstat(f.fileno()).st_size, _judged)
 
 
 def _scan_local(path: str) -> dict[str, Any]:

@@ -57,8 +57,19 @@ Judge = Callable[[str, str], tuple[str, Any] | None]
 _nesting = threading.local()   # archives being judged, one inside another, in this thread (audit judges URLs in threads)
 
 
-class _Bound(CkptstatError):
-    """A bound of this module: the verdict is unknown, naming it."""
+def also_archive(r: dict[str, Any]) -> bool:
+    """Whether a file its loaders judged (`r`) may also be an archive users extract: torch.load does not read it (it
+    raises, or the file is another loader's: a zipped folder holding a Keras config and weights, and a pickle beside)."""
+    return not r["torch_load"] or r["torch_load"].startswith(("torch.load raises", "not torch.load's"))
+
+
+def worse(r: dict[str, Any], archive: dict[str, Any] | None) -> dict[str, Any]:
+    """The loaders' report `r` or the archive's, whichever is worse (the loaders' on a tie), the other noted."""
+    rank = {"unsafe": 0, "unknown": 1, "safe": 2}
+    if archive is None or rank[archive["status"]] >= rank[r["status"]]:
+        return r
+    archive["notes"].append(f"{r['format']} to its own loader too: {r['verdict']}")
+    return archive
 
 
 def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ from ...core.tar import archive_kind
 from ...core.urls import basename, redact
 from ...errors import CheckpointError, CorruptCheckpointError, reading
 from .archive import LOADER as ARCHIVE_LOADER
-from .archive import Judge, judge_archive
+from .archive import Judge, also_archive, judge_archive, worse
 from .loaders import judge_other, judged_by_own_loader, training_args_note
 from .torch_load import Trace, finish, follow, report
 from .verdict import combine
@@ -175,11 +175,12 @@ def scan_url(url: str, judge: Judge | None = None) -> dict[str, Any]:
             with open_regular(url) as f:
                 return pread(f, n, 0)
         try:
-            return training_args_note(url, combine(url, torch_report, torch_error, other, head))
+            r = training_args_note(url, combine(url, torch_report, torch_error, other, head))
         except CorruptCheckpointError:   # no loader reads a pickle from it whole: an archive users extract?
             archive = _archive_url(url, judge) if judge is not None else None
             if archive is None:
                 raise
             return archive
+        return worse(r, _archive_url(url, judge) if judge is not None and also_archive(r) else None)
     except CheckpointError as e:
         raise type(e)(redact(url), e.reason) from None
