@@ -4,9 +4,11 @@ fixtures/make_numpy_pickles.py recorded it), read by offset without unpickling a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
+import struct
 
 import numpy as np
 import pytest
@@ -71,10 +73,106 @@ def _refused(path, capsys, says: str) -> None:
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and says in err, err
 
 
-def test_a_protocol_2_pickle_is_refused_naming_why(tmp_path, capsys):
-    path = tmp_path / "p2.pkl"
-    path.write_bytes(pickle.dumps({"w": np.arange(6, dtype=np.float32)}, protocol=2))
-    _refused(path, capsys, "protocol-2")
+class _Python2Pickler(pickle._Pickler):
+    """Python 3's pickler writing bytes and str as Python 2's pickle wrote its `str` (SHORT_BINSTRING / BINSTRING, the
+    bytes as they are), numpy's module spelled as numpy < 2 did: what `cPickle.dump(params, f, 2)` wrote."""
+
+    def save_bytes(self, obj):
+        self.write((pickle.SHORT_BINSTRING + bytes([len(obj)]) if len(obj) < 256 else
+                    pickle.BINSTRING + struct.pack("<i", len(obj))) + obj)
+        self.memoize(obj)
+
+    def save_str(self, obj):
+        data = obj.encode("latin-1")
+        self.write((pickle.SHORT_BINSTRING + bytes([len(data)]) if len(data) < 256 else
+                    pickle.BINSTRING + struct.pack("<i", len(data))) + data)
+
+    dispatch = {**pickle._Pickler.dispatch, bytes: save_bytes, str: save_str}
+
+
+def _tree():
+    rng = np.random.default_rng(1)
+    return {"params": {"w": rng.standard_normal((6, 5)).astype(np.float32),          # bytes >= 0x80: two in UTF-8
+                       "big": rng.standard_normal((40, 40)).astype(np.float32),      # 6.4 KB: not read at open
+                       "half": rng.standard_normal(9).astype(np.float16), "be": rng.standard_normal(7).astype(">f4"),
+                       "fortran": np.asfortranarray(rng.standard_normal((3, 4))), "zeros": np.zeros(3, np.float32)},
+            "quant": [rng.integers(-128, 128, (4, 4)).astype(np.int8)], "step": np.int64(7)}
+
+
+def _writes(tmp_path):
+    p2 = tmp_path / "params-p2.pkl"
+    p2.write_bytes(pickle.dumps(_tree(), protocol=2))
+    buf = io.BytesIO()
+    _Python2Pickler(buf, protocol=2).dump(_tree())
+    py2 = tmp_path / "params-py2.pkl"
+    py2.write_bytes(buf.getvalue().replace(b"numpy._core.multiarray", b"numpy.core.multiarray"))
+    out = {"p2": str(p2), "py2": str(py2)}
+    numpy_own = os.path.join(os.path.dirname(np.__file__), "_core", "tests", "data", "astype_copy.pkl")
+    if os.path.exists(numpy_own):   # numpy's own test file, written by Python 2 (its test loads it with latin1)
+        out["numpy's py2"] = numpy_own
+    return out
+
+
+def test_protocol_2_and_python_2_pickles_read_as_pickle_load_reads_them(tmp_path):
+    """Protocol 2 has no bytes opcode: an array's bytes are `_codecs.encode(text, 'latin1')` of UTF-8 text; Python 2
+    wrote them as a str. The oracle: pickle.load(f, encoding='latin1'), numpy's advice for both."""
+    files = _writes(tmp_path)
+    assert len(files) == 3, "numpy's own Python 2 pickle is missing from this numpy"
+    for what, path in files.items():
+        with open(path, "rb") as f:
+            back = pickle.load(f, encoding="latin1")
+        want = {k: np.asarray(v) for k, v in (flat_tree(back).items() if not isinstance(back, np.ndarray)
+                                                else {"array": back}.items())}
+        with open_checkpoint(path) as ck:
+            assert sorted(ck.tensors) == sorted(want), what
+            for name, a in want.items():
+                assert list(ck[name].shape) == list(a.shape), (what, name)
+                assert ck[name].dtype == dtypes.NUMPY_NAMES[a.dtype.name], (what, name)
+                assert np.array_equal(ck.read(name).reshape(-1), a.reshape(-1), equal_nan=True), (what, name)
+            assert ("latin1" in ck[next(iter(want))].extra) == (what == "p2")
+            assert any("Python 2" in n for n in ck.notes) == (what != "p2"), ck.notes
+
+
+def flat_tree(tree, prefix=""):
+    if isinstance(tree, dict):
+        return {k2: v2 for k, v in tree.items() for k2, v2 in flat_tree(v, f"{prefix}.{k}" if prefix else k).items()}
+    if isinstance(tree, (list, tuple)):
+        return {k2: v2 for i, v in enumerate(tree) for k2, v2 in flat_tree(v, f"{prefix}.{i}" if prefix else str(i)).items()}
+    return {prefix: tree}
+
+
+def test_stats_of_a_protocol_2_pickle_equal_the_protocol_4_ones(tmp_path, capsys):
+    files = _writes(tmp_path)
+    p4 = tmp_path / "params-p4.pkl"
+    p4.write_bytes(pickle.dumps(_tree(), protocol=4))
+    runs = {}
+    for label, args in (("p4", [str(p4)]), ("p2", [files["p2"]]), ("p2 -w2", [files["p2"], "--workers", "2"]),
+                        ("py2", [files["py2"]])):
+        assert main(["stats", *args, "--json"]) == 0
+        runs[label] = [{k: v for k, v in t.items() if k != "file"} for t in json.loads(capsys.readouterr().out)["tensors"]]
+    want = [{k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v for k, v in t.items()} for t in runs["p4"]]
+    for label in ("p2", "p2 -w2", "py2"):   # (moments to the last bits: tensors read apart or in a run of tiny ones)
+        assert runs[label] == want, label
+
+
+def _p2_with_text(text: str) -> bytes:
+    """A protocol-2 pickle of one float32 array of 2 values whose latin-1 text is `text` (as written, in UTF-8)."""
+    good = pickle.dumps({"w": np.array([1.0, 2.0], np.float32)}, protocol=2)
+    real = np.array([1.0, 2.0], np.float32).tobytes().decode("latin-1").encode("utf-8")
+    at = good.index(real)
+    return good[:at - 4] + struct.pack("<I", len(text.encode("utf-8"))) + text.encode("utf-8") + good[at + len(real):]
+
+
+def test_a_protocol_2_array_that_is_not_latin1_text_is_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.pkl"
+    path.write_bytes(_p2_with_text("\u0101" * 8))   # 8 characters over 255: _codecs.encode raises on them
+    assert main([str(path)]) == 0   # (the header says nothing wrong)
+    capsys.readouterr()
+    assert main(["stats", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not latin-1" in err and "Traceback" not in err, err
+    path.write_bytes(_p2_with_text("\x00" * 3))   # 3 bytes for 8
+    _refused(path, capsys, "3 bytes of data for [2] F32")
 
 
 def test_a_pickle_calling_anything_else_is_refused_and_nothing_runs(tmp_path, capsys):

@@ -728,14 +728,14 @@ def _fake_array(state: tuple) -> object:
 def numpy_pickle_claims(path: str) -> dict[str, bytes]:
     import pickle
     data = open(path, "rb").read()
-    big = max((pos for op, arg, pos in pickletools.genops(data) if op.name in ("BINBYTES", "BYTEARRAY8", "BINBYTES8")),
-              default=None)
+    big = max((pos for op, arg, pos in pickletools.genops(data)
+               if op.name in ("BINBYTES", "BYTEARRAY8", "BINBYTES8", "BINUNICODE")), default=None)   # (protocol 2: text)
     out = {"shape 2**62 x 4": pickle.dumps({"w": _fake_array((1, (2**62, 4), np.dtype("f4"), False, b"\0" * 16))}, 4),
            "one more row than stored": pickle.dumps({"w": _fake_array((1, (5, 4), np.dtype("f4"), False, b"\0" * 64))}, 4),
            "object dtype": pickle.dumps({"w": _fake_array((1, (2,), np.dtype("O"), False, b"\0" * 16))}, 4),
            "global posix.system": b"\x80\x04cposix\nsystem\n(S'true'\ntR."}
     if big is not None:
-        width = 4 if data[big] == pickle.BINBYTES[0] else 8
+        width = 4 if data[big] in (pickle.BINBYTES[0], pickle.BINUNICODE[0]) else 8
         out["payload of 2**40 bytes"] = patched(data, big + 1, "<I" if width == 4 else "<Q", 2**32 - 1 if width == 4 else 2**40)
     return out
 
@@ -772,7 +772,8 @@ SAMPLES: dict[str, list[Sample]] = {
                    companions=("__1.metadata", "__0_0.distcp", "__1_0.distcp"))],
     "pytorch export (.pt2)": [Sample("pt2/mixed.pt2", pt2_oracle, zip_layout, pt2_claims)],
     "nemo (.nemo)": [Sample("nemo/benign-fastpitch.nemo", nemo_oracle, tar_layout, nemo_claims)],
-    "pickle (numpy arrays)": [Sample("numpy-pickles/params-p4.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
+    "pickle (numpy arrays)": [Sample("numpy-pickles/params-p2.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
+                     Sample("numpy-pickles/params-p4.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
                      Sample("numpy-pickles/params-p5.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
                      Sample("paddle/tiny.pdparams", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims)],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),

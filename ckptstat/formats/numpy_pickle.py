@@ -4,8 +4,10 @@ trees JAX/Haiku and other code write with `pickle.dump` (docs/numpy.md, "Pickles
 What `pickle.dump` writes for an ndarray (numpy/_core/src/multiarray/methods.c `array_reduce` / `array_reduce_ex`):
 - protocols 2-4: REDUCE of `numpy._core.multiarray._reconstruct(numpy.ndarray, (0,), b'b')`, then BUILD with the
   state `(1, shape, dtype, is_fortran, data)`: `dtype` itself REDUCE of `numpy.dtype(code, False, True)` and BUILD
-  `(3, byteorder, ...)`; `data` the raw bytes (BINBYTES / BINBYTES8, or, at protocol 2, `_codecs.encode(text,
-  'latin1')`: refused here, the bytes are not in the file as they are);
+  `(3, byteorder, ...)`; `data` the raw bytes (BINBYTES / BINBYTES8; at protocol 2, which has no bytes opcode,
+  `_codecs.encode(text, 'latin1')` of a BINUNICODE whose UTF-8 holds each byte as one or two: read by decoding it,
+  formats/latin1.py; Python 2's pickle.dump wrote them as a `str`, BINSTRING, the bytes as they are, which Python 3
+  reads with `pickle.load(f, encoding='latin1')`, numpy's advice);
 - protocol 5: REDUCE of `numpy._core.numeric._frombuffer(buffer, dtype, shape, order)`, the buffer in-band as
   BYTEARRAY8 (a writable array) or BINBYTES;
 - a numpy scalar: `numpy._core.multiarray.scalar(dtype, bytes)`. (numpy < 2 spells the modules `numpy.core.*`.)
@@ -29,6 +31,7 @@ from typing import Any
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, size_of
 from ..errors import CorruptCheckpointError
+from .latin1 import Latin1Reader
 from .registry import Format, Probe, register
 from .torch.allowlist import Refused
 from .torch.containers import is_legacy_head
@@ -79,31 +82,79 @@ def _scalar(dtype: object, data: object = None) -> _Array:
     return a
 
 
-def _refuse_latin1(*args: object) -> object:
-    raise Refused("an array's bytes stored as latin-1 text (a protocol-2 pickle): not read in place; re-save it "
-                  "with protocol 4 or 5")
+class _Text(str):
+    """A string the pickle holds and where its bytes are: a Python 2 `str` (BINSTRING: the bytes as they are) or a
+    BINUNICODE (UTF-8 text, which `_codecs.encode(text, 'latin1')` turns back into bytes at protocol 2). A long one
+    is not read: its value is empty, its span says where it is."""
+    span: Span
+    utf8: bool
+
+
+def _text(value: str, span: Span, utf8: bool) -> _Text:
+    t = _Text(value)
+    t.span, t.utf8 = span, utf8
+    return t
+
+
+@dataclass(frozen=True)
+class Latin1:
+    """An array's bytes stored as the UTF-8 of their latin-1 text (`_codecs.encode(text, 'latin1')`, protocol 2):
+    `length` bytes of UTF-8 at `offset` (formats/latin1.py decodes them)."""
+    offset: int
+    length: int
+
+
+def _latin1(text: object, encoding: object = "utf-8", *args: object) -> object:
+    """`_codecs.encode(text, 'latin1')`, the bytes of a protocol-2 pickle: where its text is, to decode on read."""
+    if not isinstance(text, _Text) or not text.utf8 or str(encoding).lower().replace("-", "") not in ("latin1", "l1",
+                                                                                                      "iso88591"):
+        raise Refused(f"_codecs.encode of {type(text).__name__} with encoding {str(encoding)[:32]!r}: not a protocol-2 "
+                      "pickle's bytes")
+    return Latin1(text.span.offset, text.span.length)
 
 
 class _NumpyUnpickler(RecordingUnpickler):
     CALLS = {**{f"{m}.multiarray._reconstruct": _reconstruct for m in _MODULES},
              **{f"{m}.numeric._frombuffer": _frombuffer for m in _MODULES},
              **{f"{m}.multiarray.scalar": _scalar for m in _MODULES},
-             "numpy.ndarray": _reconstruct, "numpy.dtype": _dtype, "_codecs.encode": _refuse_latin1}
+             "numpy.ndarray": _reconstruct, "numpy.dtype": _dtype, "_codecs.encode": _latin1}
     WHAT = "a numpy array's reconstruction"
 
-    def _span(self, n: int) -> None:
+    def _payload(self, n: int) -> tuple[Span, bytes | None]:
+        """The next n bytes' span in the file, and the bytes when they are small or in a frame already read."""
         frame = getattr(getattr(self, "_unframer", None), "current_frame", None)   # a protocol-4 frame being read
         if frame is not None or n <= INLINE:
             at = self.stream.tell() - (len(frame.getbuffer()) - frame.tell() if frame is not None else 0)
-            self.read(n)   # (small, or in a frame already in memory: read past)
-            self.append(Span(at, n))
-            return
+            data = self.read(n)
+            if len(data) != n:
+                raise Refused(f"a payload of {n:,} bytes where the pickle ends")
+            return Span(at, n), data
         if n > self.stream.left:
             raise Refused(f"a bytes payload of {n:,} bytes where {self.stream.left:,} remain")
         at = self.stream.tell()
         self.stream.f.seek(n, io.SEEK_CUR)
         self.stream.left -= n
-        self.append(Span(at, n))
+        return Span(at, n), None
+
+    def _span(self, n: int) -> None:
+        self.append(self._payload(n)[0])
+
+    def _string(self, n: int, utf8: bool) -> None:
+        span, data = self._payload(n)
+        self.append(_text("" if data is None else data.decode("utf-8", "surrogatepass") if utf8 else
+                          data.decode("latin-1"), span, utf8))
+
+    def load_short_binstring(self) -> None:
+        self._string(self.read(1)[0], False)
+
+    def load_binstring(self) -> None:
+        n = struct.unpack("<i", self.read(4))[0]
+        if n < 0:
+            raise Refused("BINSTRING of a negative length")
+        self._string(n, False)
+
+    def load_binunicode(self) -> None:
+        self._string(struct.unpack("<I", self.read(4))[0], True)
 
     def load_short_binbytes(self) -> None:
         self._span(self.read(1)[0])
@@ -131,6 +182,9 @@ _NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,
                             pickle.BINBYTES[0]: guarded(_NumpyUnpickler.load_binbytes, False),
                             pickle.BINBYTES8[0]: guarded(_NumpyUnpickler.load_binbytes8, False),
                             pickle.BYTEARRAY8[0]: guarded(_NumpyUnpickler.load_bytearray8, False),
+                            pickle.SHORT_BINSTRING[0]: guarded(_NumpyUnpickler.load_short_binstring, False),
+                            pickle.BINSTRING[0]: guarded(_NumpyUnpickler.load_binstring, False),
+                            pickle.BINUNICODE[0]: guarded(_NumpyUnpickler.load_binunicode, False),
                             pickle.BUILD[0]: guarded(_NumpyUnpickler.load_build, False)}
 
 
@@ -154,20 +208,27 @@ def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:
     dtype, order = _dtype_of(path, name, dt)
     if paddle and dtype == "U16":
         dtype = "BF16"
-    if not isinstance(data, Span):
+    if isinstance(data, _Text) and not data.utf8:   # a Python 2 str: the bytes as they are
+        data = data.span
+    if not isinstance(data, (Span, Latin1)):
         raise CorruptCheckpointError(path, f"array {name!r}: its data is not a bytes payload")
     n = math.prod(shape) if shape else 1
     want = dtypes.get(dtype).nbytes(n)
-    if data.length != want:
+    if data.length != want if isinstance(data, Span) else not want <= data.length <= 2 * want:
         raise CorruptCheckpointError(path, f"array {name!r}: {data.length:,} bytes of data for {list(shape)} "
-                                           f"{dtype} ({want:,} bytes)")
+                                           f"{dtype} ({want:,} bytes" + (", as latin-1 text in UTF-8: one or two a "
+                                                                          "byte)" if isinstance(data, Latin1) else ")"))
     stride = None
     if fortran is True and len(shape) > 1:
         stride = tuple(math.prod(shape[:i]) for i in range(len(shape)))
+    if isinstance(data, Latin1):   # decoded as read (formats/latin1.py)
+        return TensorInfo(name, dtype, tuple(shape), path, None, want, byteorder=order, stride=stride,
+                          extra={"latin1": (data.offset, data.length)})
     return TensorInfo(name, dtype, tuple(shape), path, data.offset, data.length, byteorder=order, stride=stride)
 
 
-def _walk(path: str, obj: object, paddle: bool) -> dict[str, TensorInfo]:
+def _walk(path: str, obj: object, paddle: bool, arrays: list[_Array]) -> dict[str, TensorInfo]:
+    """The arrays under `obj`, named by their keys and indices (each also appended to `arrays`)."""
     out: dict[str, TensorInfo] = {}
     seen: set[int] = set()
 
@@ -176,6 +237,7 @@ def _walk(path: str, obj: object, paddle: bool) -> dict[str, TensorInfo]:
             raise CorruptCheckpointError(path, f"containers nest deeper than {MAX_DEPTH} at {name!r}")
         if isinstance(o, _Array):
             out[name or "array"] = _tensor(path, name or "array", o, paddle)
+            arrays.append(o)
             return
         if id(o) in seen:
             return
@@ -207,16 +269,29 @@ def open_numpy_pickle(path: str) -> Checkpoint:
         f.seek(0)
         obj, _ = unpickle(f, path, "pickle", storages=False, limit=size_of(f), unpickler=_NumpyUnpickler)
     paddle = path.endswith(PADDLE_SUFFIXES) or (isinstance(obj, dict) and PADDLE_KEY in obj)
-    tensors = _walk(path, obj, paddle)
+    arrays: list[_Array] = []
+    tensors = _walk(path, obj, paddle, arrays)
+    py2 = any(isinstance(a.state, tuple) and len(a.state) == 5 and isinstance(a.state[4], _Text) and not a.state[4].utf8
+              for a in arrays)
     if not tensors:
         raise CorruptCheckpointError(path, "a pickle that holds no numpy array")
     notes = ["written by PaddlePaddle's paddle.save (a .pdparams / .pdopt name, or its StructuredToParameterName@@ "
              "key): read as paddle.load reads it"] if paddle else []
     if paddle and any(t.dtype == "BF16" for t in tensors.values()):
         notes.append("PaddlePaddle stores bfloat16 as numpy uint16 (paddle.load reads it back as bfloat16): read as BF16")
-    return Checkpoint(path=path, format=NAME, tensors=tensors, files=(path,), notes=notes, ordered=True,
+    latin1 = sum("latin1" in t.extra for t in tensors.values())
+    if latin1:
+        notes.append(f"{latin1:,} array(s) stored as latin-1 text (protocol 2 has no bytes opcode: "
+                     "_codecs.encode(text, 'latin1')): values decoded from the file's UTF-8 as they are read")
+    if py2:
+        notes.append("written by Python 2 (arrays' bytes as str): read as pickle.load(f, encoding='latin1') reads it")
+    ckpt = Checkpoint(path=path, format=NAME, tensors=tensors, files=(path,), notes=notes, ordered=True,
                       metadata={"pickle.protocol": str(protocol[0] if protocol else 0),
-                                "pickle.writer": "paddle.save" if paddle else "pickle.dump"})
+                                "pickle.writer": "paddle.save" if paddle else "pickle.dump" + (" (Python 2)" if py2
+                                                                                                else "")})
+    if latin1:
+        ckpt.readers[path] = Latin1Reader(path)
+    return ckpt
 
 
 register(Format(NAME, accept, open_numpy_pickle, (".pdparams", ".pdopt", ".pkl", ".pickle")))
