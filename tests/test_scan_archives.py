@@ -138,6 +138,11 @@ def archives(tmp_path_factory):
     benign = open(os.path.join(m, "pytorch_model.bin"), "rb").read()
     c["later.tar"] = _tar(at("later.tar"), "w", None, [("pytorch_model.bin", benign), ("pytorch_model.bin", EVIL)])
     c["earlier.tar"] = _tar(at("earlier.tar"), "w", None, [("pytorch_model.bin", EVIL), ("pytorch_model.bin", benign)])
+    c["proto0.tgz"] = _tar(at("proto0.tgz"), "w:gz", None, [("notes.txt", pickle.dumps(_Payload(), protocol=0))])
+    png = b"\x89PNG\r\n\x1a\n" + bytes(100)
+    c["shards.tar"] = _tar(at("shards.tar"), "w", None, [(f"{i:05d}.{ext}", data) for i in range(3) for ext, data in
+                                                         (("png", png), ("jpg", b"\xff\xd8\xff" + bytes(99)),
+                                                          ("cls", b"3"), ("json", b'{"label": 3}'))])
     inner = _tar(os.path.join(d, "inner.tar.xz"), "w:xz", None, [("weights.pt", EVIL)])
     shutil.copy(inner, os.path.join(m, "inner.tar.xz"))
     c["nested.tgz"] = _tar(at("nested.tgz"), "w:gz", m)
@@ -182,6 +187,18 @@ def test_an_archives_report_names_the_member(archives):
     assert scan_path(c["clean.zip"])["format"] == "zip archive"
     r = scan_path(c["keras-folder.zip"])
     assert r["verdict"].startswith("UNSAFE: extra/evil.pkl: ") and any("Keras" in n for n in r["notes"])
+
+
+def test_members_no_loader_reads_are_not_extracted(archives):
+    """A WebDataset shard's images and labels: no loader reads a pickle from them (the oracle above), so they are not
+    written out (a folder of dataset shards is not copied to the temporary folder; its `.json` are, to be judged as
+    configs); a pickle of protocol 0 under a text name is (pickle.load, and torch.load's legacy path, run it)."""
+    _, c = archives
+    r = scan_path(c["shards.tar"])
+    assert r["status"] == "safe" and r["members"] == [] and "9 member(s) not extracted" in " ".join(r["notes"])
+    assert r["verdict"] == "safe: none of its 3 extracted member(s) holds a pickle or config a loader reads"
+    r = scan_path(c["proto0.tgz"])
+    assert r["status"] == "unsafe" and r["members"][0]["path"] == "notes.txt"
 
 
 def test_every_member_of_a_name_is_judged(archives):

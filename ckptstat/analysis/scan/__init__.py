@@ -23,14 +23,12 @@ from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from .archive import also_archive, judge_archive, worse
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
+from .names import EXTENSIONS, pickle_named
 from .torch_load import Trace, finish, trace
 from .torch_load import scan as scan_file
 from .verdict import combine
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
-EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras", ".pt2", ".joblib", ".gguf",
-              ".jinja", ".nemo")
-KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (analysis/scan/loaders.py)
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
 
 
@@ -41,11 +39,6 @@ def exit_code(report: dict[str, Any]) -> int:
         totals = report["totals"]
         return 1 if totals["unsafe"] or totals["unknown"] or totals["skipped"] else 2 if totals["unreadable"] else 0
     return 0 if report["status"] == "safe" else 1
-
-
-def pickle_named(path: str) -> bool:
-    """A name that says pickle (or Keras 2 model): such a file is listed even when no loader can read it."""
-    return path.lower().endswith(EXTENSIONS + KERAS_H5)
 
 
 def pickle_bearing(path: str) -> bool:

@@ -14,8 +14,10 @@ before Python 3.14, writes it: CVE-2007-4559); links are never made in the tempo
 archive is unknown (what reads it reads outside). Bounded: MAX_MEMBERS listed, MAX_EXTRACTED written, at most
 `spill_bytes` written in all, a compressed stream inflated at most `inflate_ratio` x the file + `expansion_floor`, a
 zip member at most that ratio of its compressed bytes; past any bound the verdict is unknown, naming it.
-`*.safetensors` members are not written (torch.load hands such a path to safetensors; no loader reads a pickle from
-one): counted in a note.
+Only members a loader may read a pickle, config or code from are written (`worth_judging`: by their name, or by
+first bytes that could start a pickle which imports before it fails, an archive, a numpy, GGUF, HDF5 or compressed
+file); `*.safetensors`, images and text are not (a folder of WebDataset tar shards is not copied out), unless a link of
+such a name points to one: counted in a note.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from ...core.io import Window, pread
 from ...core.limits import limits
 from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kind, bounded_tarinfo, codec
 from ...errors import CkptstatError
+from .names import TEXT, pickle_named
 from .nemo import Extractor, Inflating, extraction
 from .torch_load import Trace, report
 
@@ -103,9 +106,10 @@ class _Out:
         self.t, self.tmp = t, tmp
         self.files: list[tuple[str, str]] = []                   # (the member's name as shown, the file written)
         self.written: dict[str, str] = {}                        # member path -> the file written
-        self.deferred: dict[str, Callable[[str], None]] = {}     # a *.safetensors member's path -> how to write it
+        self.deferred: dict[str, Callable[[str], None]] = {}     # a member not worth judging -> how to write it...
         self.links: list[tuple[str, str]] = []                   # (link member, the member it points to)
-        self.deferred_sizes: dict[str, int] = {}
+        self.deferred_sizes: dict[str, int] = {}                 # ...its size and its first bytes
+        self.deferred_heads: dict[str, bytes] = {}
         self.bytes = 0
         self.full = False
 
@@ -138,13 +142,15 @@ class _Out:
         self.bytes += size
         return dest
 
-    def member(self, name: str, size: int, write: Callable[[str], None]) -> None:
-        """A regular member: written now, or, for `*.safetensors` (no loader reads a pickle from one), only when a
-        link of another name points to it (`resolve_links`)."""
+    def member(self, name: str, size: int, head: bytes, write: Callable[[str], None]) -> None:
+        """A regular member whose first bytes are `head`: written now when a loader may read a pickle, config or code
+        from it (`worth_judging`); else kept aside, written only when a link of a name worth judging points to it
+        (`resolve_links`)."""
         norm = _norm(name)
-        if norm is not None and norm.lower().endswith(".safetensors"):
-            self.deferred[norm] = lambda dest: write(dest)
-            self.deferred_sizes[norm] = size
+        if norm is None:
+            return
+        if not worth_judging(norm, head):
+            self.deferred[norm], self.deferred_sizes[norm], self.deferred_heads[norm] = write, size, head
             return
         dest = self.target(name, size)
         if dest is not None:
@@ -165,7 +171,7 @@ class _Out:
         for name, resolved in self.links:
             src = self.written.get(resolved)
             size = os.path.getsize(src) if src else self.deferred_sizes.get(resolved, -1)
-            if size < 0 or (_norm(name) or "").lower().endswith(".safetensors"):
+            if size < 0 or not (src or worth_judging(_norm(name) or "", self.deferred_heads[resolved])):
                 continue
             dest = self.target(name, size)
             if dest is None:
@@ -175,9 +181,28 @@ class _Out:
             else:
                 self.write(name, dest, self.deferred[resolved])
 
-    @property
-    def safetensors(self) -> int:
-        return len(self.deferred)
+
+HEAD = 4096   # a member's first bytes looked at (HDF5's signature may sit at 512, 1024 or 2048, after a user block)
+# First bytes of a pickle that pickle.load (torch.load's legacy path) runs past without raising, so a global may follow:
+# PROTO, GLOBAL and INST (which imports before it looks for its mark), MARK, and every opcode that pushes a value.
+_PICKLE_STARTS = frozenset(b"ci(\x80IJKML\x8a\x8bSTUVX\x8c\x8dBC\x8e\x96N\x88\x89FG]})\x8f\x95")
+_MAGICS = (b"\x93NUMPY", b"GGUF", b"ZF", b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18")   # npy, GGUF, joblib's, zstd, lz4
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+_PNG = b"\x89PNG\r\n\x1a\n"   # NEWFALSE then PERSID, which pickle.load refuses with no persistent_load: no import
+
+
+def worth_judging(norm: str, head: bytes) -> bool:
+    """Whether member `norm` (its path, normalised) with first bytes `head` is extracted to be judged: its name is a
+    pickle's, Keras', a config's or code's; or its bytes could start what a loader reads (an archive, a numpy, GGUF,
+    HDF5 or compressed file, or a pickle that runs a global before it could raise). Images, text and safetensors are
+    not: no loader reads a pickle from them, and a dataset's tar shards stay unwritten."""
+    low = norm.lower()
+    if pickle_named(low) or low.endswith(TEXT):
+        return True
+    if low.endswith(".safetensors") or not head or head.startswith(_PNG):
+        return False
+    return archive_kind(head) is not None or head.startswith(_MAGICS) or head[0] in _PICKLE_STARTS or \
+        any(head[at:at + 8] == _HDF5 for at in (0, 512, 1024, 2048))
 
 
 def _norm(name: str) -> str | None:
@@ -228,7 +253,7 @@ def _tar(t: Trace, f: IO[bytes], size: int, head: bytes, tmp: str) -> _Out | Non
             if m.isreg() and m.sparse is None:
                 def write(dest: str, at: int = m.offset_data, n: int = m.size) -> None:
                     _copy(_at(view, at), dest, n)
-                out.member(m.name, m.size, write)
+                out.member(m.name, m.size, _at(view, m.offset_data).read(min(HEAD, m.size)), write)
             elif m.isreg():
                 t.unknown.append(f"{m.name[:120]!r}: a sparse tar member, which scan does not follow")
             elif m.issym() or m.islnk():
@@ -282,7 +307,12 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
                     _copy(src, dest, info.file_size)
             except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
                 t.notes.append(f"{info.filename[:120]!r}: zipfile raises reading it ({e}): extraction fails there")
-        out.member(i.filename, i.file_size, write)
+        try:
+            with zf.open(i) as src:
+                head = src.read(min(HEAD, i.file_size))
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+            head = b"\x80"   # (written, to be judged: zipfile's error then says what extraction meets)
+        out.member(i.filename, i.file_size, head, write)
     out.resolve_links()
     if len(infos) > MAX_MEMBERS:
         t.unknown.append(f"a zip of more than {MAX_MEMBERS:,} members: scan lists at most that many")
@@ -290,8 +320,9 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
 
 
 def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
-    if out.safetensors:
-        t.notes.append(f"{out.safetensors:,} *.safetensors member(s) not looked into (no loader reads a pickle from one)")
+    if out.deferred:
+        t.notes.append(f"{len(out.deferred):,} member(s) not extracted: no loader reads a pickle from them by their name "
+                       "(*.safetensors) or their first bytes (images, text)")
     members: list[dict[str, Any]] = []
     reports: list[tuple[str, dict[str, Any]]] = []
     for rel, dest in out.files:
