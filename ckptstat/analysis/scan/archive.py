@@ -21,14 +21,17 @@ such a name points to one: counted in a note.
 """
 from __future__ import annotations
 
+import lzma
 import os
 import posixpath
 import shutil
 import stat
+import struct
 import tarfile
 import tempfile
 import threading
 import zipfile
+import zlib
 from collections.abc import Callable
 from functools import partial
 from typing import IO, Any
@@ -47,6 +50,9 @@ MAX_MEMBERS = MAX_TAR_MEMBERS   # members listed
 MAX_EXTRACTED = 10_000          # members written and judged
 SHOWN = 3                       # members' verdicts quoted in the archive's
 _CHUNK = 1 << 20
+# what zipfile raises on a damaged archive or member (a bad CRC, a corrupt deflate, bzip2 or lzma stream, a bad header)
+ZIP_ERRORS = (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError, zlib.error,
+              lzma.LZMAError, struct.error, UnicodeDecodeError)
 TAR_EXTRACTION = Extractor(
     outside="Python's tarfile.extractall without a filter (its default before Python 3.14) writes it there, outside "
             "the folder it extracts to, where the archive's author chose (GNU tar strips or refuses such names)",
@@ -276,7 +282,7 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
         f.seek(0)
         zf = zipfile.ZipFile(f)
         infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+    except ZIP_ERRORS:
         return None
     t.format = "zip archive"
     out = _Out(t, tmp)
@@ -305,12 +311,12 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
             try:
                 with zf.open(info) as src:
                     _copy(src, dest, info.file_size)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
+            except ZIP_ERRORS as e:
                 t.notes.append(f"{info.filename[:120]!r}: zipfile raises reading it ({e}): extraction fails there")
         try:
             with zf.open(i) as src:
                 head = src.read(min(HEAD, i.file_size))
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        except ZIP_ERRORS:
             head = b"\x80"   # (written, to be judged: zipfile's error then says what extraction meets)
         out.member(i.filename, i.file_size, head, write)
     out.resolve_links()
