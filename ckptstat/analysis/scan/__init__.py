@@ -60,10 +60,9 @@ def pickle_bearing(path: str) -> bool:
 
 
 def scan_url_if_pickle(url: str) -> dict[str, Any] | None:
-    """A remote file's scan report, judged as a local file is: None when torch.load cannot read a pickle from
-    it (its trace raises at the first bytes, or a Flax msgpack file, or an archive of nothing a loader reads) and its
-    name does not say pickle; every
-    other error raised (the store could not serve it: never taken for `no pickle`)."""
+    """A remote file's scan report, judged as a local file is: None when torch.load cannot read a pickle from it (its
+    trace raises at the first bytes, a Flax msgpack file, an archive of nothing a loader reads) and its name does not
+    say pickle; every other error raised (the store could not serve it: never taken for `no pickle`)."""
     try:
         r = scan_url(url)
     except CorruptCheckpointError:

@@ -43,6 +43,7 @@ from ...errors import CkptstatError
 from .names import TEXT, pickle_named
 from .nemo import Extractor, Inflating, extraction
 from .torch_load import Trace, report
+from .verdict import RANK
 
 LOADER = "extracting it (tar / unzip) and loading what it holds"
 MAX_NESTING = 2                 # an archive inside an archive inside an archive: unknown
@@ -74,8 +75,7 @@ def also_archive(r: dict[str, Any]) -> bool:
 
 def worse(r: dict[str, Any], archive: dict[str, Any] | None) -> dict[str, Any]:
     """The loaders' report `r` or the archive's, whichever is worse (the loaders' on a tie), the other noted."""
-    rank = {"unsafe": 0, "unknown": 1, "safe": 2}
-    if archive is None or rank[archive["status"]] >= rank[r["status"]]:
+    if archive is None or RANK[archive["status"]] >= RANK[r["status"]]:
         return r
     archive["notes"].append(f"{r['format']} to its own loader too: {r['verdict']}")
     return archive
@@ -347,8 +347,7 @@ def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
     writes = [fd["global"] for fd in r["findings"] if fd["opcode"] == "tar member"]
     for rel, m in reports:
         _merge(r, rel, m)
-    rank = {"unsafe": 0, "unknown": 1, "safe": 2}
-    status = min([r["status"]] + [m["status"] for _, m in reports], key=rank.__getitem__)
+    status = min([r["status"]] + [m["status"] for _, m in reports], key=RANK.__getitem__)
     bad = [f"{rel}: {m['verdict'].split(': ', 1)[-1]}" for rel, m in reports if m["status"] == status != "safe"]
     if status == "unsafe":
         parts = ([f"extraction {', '.join(writes[:SHOWN])}{' ...' if len(writes) > SHOWN else ''} ({TAR_EXTRACTION.outside})"]
