@@ -43,19 +43,33 @@ EVIL = pickle.dumps(_Payload(), protocol=2)
 EXTRACT_AND_LOAD = """
 import os, sys, tarfile, zipfile, warnings, torch
 warnings.simplefilter("ignore")
+import bz2, gzip, lzma, zstandard
+OPENERS = {b"\\x1f\\x8b": (gzip.open, ".gz"), b"BZh": (bz2.open, ".bz2"), b"\\xfd7zXZ": (lzma.open, ".xz")}
 def extract(archive, out):   # and the archives inside it, as a user unpacking all the way does
     os.makedirs(out)
     try:
+        with open(archive, "rb") as f:
+            magic = f.read(4)
+        if magic == b"\\x28\\xb5\\x2f\\xfd":   # unzstd first (Python 3.11's tarfile has no zstd)
+            with open(archive, "rb") as f, open(out + ".raw", "wb") as raw:
+                zstandard.ZstdDecompressor().copy_stream(f, raw)
+            archive = out + ".raw"
         if zipfile.is_zipfile(archive) and not tarfile.is_tarfile(archive):
             zipfile.ZipFile(archive).extractall(out)
-        else:
+        elif tarfile.is_tarfile(archive):
             with tarfile.open(archive) as t:
                 t.extractall(out, filter="fully_trusted") if hasattr(tarfile, "fully_trusted_filter") else t.extractall(out)
+        else:   # one compressed file: gunzip, bunzip2, unxz
+            opener, suffix = next(v for k, v in OPENERS.items() if magic.startswith(k))
+            name = os.path.basename(archive)
+            name = name[:-len(suffix)] if name.endswith(suffix) else name
+            with opener(archive) as src, open(os.path.join(out, name), "wb") as dst:
+                dst.write(src.read())
     except BaseException:
         pass
     for folder, _, files in os.walk(out):
         for name in files:
-            if name.endswith((".tar", ".tgz", ".tar.gz", ".tar.xz", ".tar.bz2", ".zip")):
+            if name.endswith((".tar", ".tgz", ".gz", ".xz", ".bz2", ".zst", ".zip")):
                 extract(os.path.join(folder, name), os.path.join(folder, name + ".out"))
 archive, out = sys.argv[1], sys.argv[2]
 extract(archive, out)
@@ -138,6 +152,18 @@ def archives(tmp_path_factory):
     benign = open(os.path.join(m, "pytorch_model.bin"), "rb").read()
     c["later.tar"] = _tar(at("later.tar"), "w", None, [("pytorch_model.bin", benign), ("pytorch_model.bin", EVIL)])
     c["earlier.tar"] = _tar(at("earlier.tar"), "w", None, [("pytorch_model.bin", EVIL), ("pytorch_model.bin", benign)])
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(2), "extra": _Payload()}, buf)
+    c["model.pt.gz"] = at("model.pt.gz")   # gunzip, then torch.load
+    with open(c["model.pt.gz"], "wb") as f:
+        f.write(__import__("gzip").compress(buf.getvalue()))
+    c["notes.txt.xz"] = at("notes.txt.xz")
+    with open(c["notes.txt.xz"], "wb") as f:
+        f.write(__import__("lzma").compress(b"hello\n" * 100))
+    zstandard = pytest.importorskip("zstandard")
+    c["optimizer.tar.zst"] = at("optimizer.tar.zst")
+    with open(c["optimizer.tar.zst"], "wb") as f:
+        f.write(zstandard.ZstdCompressor().compress(__import__("bz2").decompress(open(c["optimizer.tar.bz2"], "rb").read())))
     c["proto0.tgz"] = _tar(at("proto0.tgz"), "w:gz", None, [("notes.txt", pickle.dumps(_Payload(), protocol=0))])
     png = b"\x89PNG\r\n\x1a\n" + bytes(100)
     c["shards.tar"] = _tar(at("shards.tar"), "w", None, [(f"{i:05d}.{ext}", data) for i in range(3) for ext, data in
@@ -177,6 +203,10 @@ def test_an_archives_report_names_the_member(archives):
     assert scan_path(c["optimizer.tar.bz2"])["verdict"].startswith("UNSAFE: sub/optimizer.pt: torch.load")
     assert scan_path(c["unnamed.tar.xz"])["findings"][0]["record"].startswith("weights: ")
     assert "inner.tar.xz: weights.pt: " in scan_path(c["nested.tgz"])["verdict"]
+    r = scan_path(c["model.pt.gz"])   # a compressed file is one member, named as gunzip names it
+    assert r["format"] == "gzip-compressed file" and [m["path"] for m in r["members"]] == ["model.pt"]
+    assert scan_path(c["notes.txt.xz"])["members"] == []
+    assert scan_path(c["optimizer.tar.zst"])["format"] == "tar archive (zstd-compressed)"
     assert scan_path(c["hardlink.tar"])["unsafe_globals"] == ["posix.mkdir"]
     assert "a.pth" in scan_path(c["hardlink.tar"])["verdict"]
     assert "snap/model.bin" in scan_path(c["symlink.tgz"])["verdict"]
@@ -189,6 +219,26 @@ def test_an_archives_report_names_the_member(archives):
     assert r["verdict"].startswith("UNSAFE: extra/evil.pkl: ") and any("Keras" in n for n in r["notes"])
 
 
+def test_archives_no_reader_here_opens_are_unknown(tmp_path, cli, monkeypatch):
+    """7-Zip and RAR (no reader in Python's library), and zstd without the zstd extra: never passed by as clean."""
+    from ckptstat.analysis.scan import archive
+
+    (tmp_path / "model.7z").write_bytes(b"7z\xbc\xaf\x27\x1c" + bytes(200))
+    (tmp_path / "model.rar").write_bytes(b"Rar!\x1a\x07\x01\x00" + bytes(200))
+    for name, kind in (("model.7z", "a 7-Zip archive"), ("model.rar", "a RAR archive")):
+        r = scan_path(str(tmp_path / name))
+        assert r["status"] == "unknown" and f"{kind}, which scan does not open" in r["verdict"]
+        rc, _, err = cli("summary", str(tmp_path / name))
+        assert rc != 0 and f"reads: {kind} (extract it" in err
+    monkeypatch.setattr(archive, "zstd_available", lambda: False)
+    (tmp_path / "w.tar.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(200))
+    r = scan_path(str(tmp_path / "w.tar.zst"))
+    assert r["status"] == "unknown" and "zstd extra" in r["verdict"]
+    rc, out, _ = cli("scan", str(tmp_path), "--json")
+    assert rc == 1 and {f["path"]: f["status"] for f in json.loads(out)["files"]} == {
+        "model.7z": "unknown", "model.rar": "unknown", "w.tar.zst": "unknown"}
+
+
 def test_members_no_loader_reads_are_not_extracted(archives):
     """A WebDataset shard's images and labels: no loader reads a pickle from them (the oracle above), so they are not
     written out (a folder of dataset shards is not copied to the temporary folder; its `.json` are, to be judged as
@@ -196,7 +246,7 @@ def test_members_no_loader_reads_are_not_extracted(archives):
     _, c = archives
     r = scan_path(c["shards.tar"])
     assert r["status"] == "safe" and r["members"] == [] and "9 member(s) not extracted" in " ".join(r["notes"])
-    assert r["verdict"] == "safe: none of its 3 extracted member(s) holds a pickle or config a loader reads"
+    assert r["verdict"] == "safe: none of its 12 member(s) holds a pickle or config a loader reads"
     r = scan_path(c["proto0.tgz"])
     assert r["status"] == "unsafe" and r["members"][0]["path"] == "notes.txt"
 
@@ -256,10 +306,8 @@ def test_a_damaged_archive_is_judged_as_far_as_extraction_goes(tmp_path, cli):
 
 
 def test_what_is_no_archive_is_refused_as_before(tmp_path, cli):
-    import gzip
-
-    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"hello\n" * 100))
-    rc, _, err = cli("scan", str(tmp_path / "notes.txt.gz"))
+    (tmp_path / "notes.txt").write_bytes(b"hello\n" * 100)
+    rc, _, err = cli("scan", str(tmp_path / "notes.txt"))
     assert rc == 2 and err.count("\n") == 1
     # a loader's own name keeps that loader's error: a .keras zip Keras cannot read is unreadable, not an archive
     _zip(str(tmp_path / "broken.keras"), None, [("config.json", "{"), ("model.weights.h5", b"")])

@@ -38,8 +38,10 @@ from typing import IO, Any
 
 from ...core.io import Window, pread
 from ...core.limits import limits
-from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kind, bounded_tarinfo, codec
+from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kind, bounded_tarinfo, codec, unopened
+from ...core.urls import basename, is_url
 from ...errors import CkptstatError
+from ...formats.dcp.extensions import available as zstd_available
 from .names import TEXT, pickle_named
 from .nemo import Extractor, Inflating, extraction
 from .torch_load import Trace, report
@@ -96,7 +98,13 @@ def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str,
             t.format = "an archive"
             t.unknown.append(f"an archive nested {depth} deep, which scan does not open")
             return report(t, loader=LOADER)
-        written = _zip(t, f, size, tmp) if head[:4] in ZIP_STARTS else _tar(t, f, size, head, tmp)
+        other = unopened(head)
+        if other is not None or codec(head) == "zstd" and not zstd_available():
+            t.format = other or "zstd-compressed data"
+            t.unknown.append(f"{other}, which scan does not open (extract it, and scan the folder)" if other else
+                             "zstd-compressed: decompressing it needs the zstd extra (pip install 'ckptstat[zstd]')")
+            return report(t, loader=LOADER)
+        written = _zip(t, f, size, tmp) if head[:4] in ZIP_STARTS else _tar(t, path, f, size, head, tmp)
         if written is None:
             return None
         return _report(t, written, tmp, judge)
@@ -192,7 +200,7 @@ HEAD = 4096   # a member's first bytes looked at (HDF5's signature may sit at 51
 # First bytes of a pickle that pickle.load (torch.load's legacy path) runs past without raising, so a global may follow:
 # PROTO, GLOBAL and INST (which imports before it looks for its mark), MARK, and every opcode that pushes a value.
 _PICKLE_STARTS = frozenset(b"ci(\x80IJKML\x8a\x8bSTUVX\x8c\x8dBC\x8e\x96N\x88\x89FG]})\x8f\x95")
-_MAGICS = (b"\x93NUMPY", b"GGUF", b"ZF", b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18")   # npy, GGUF, joblib's, zstd, lz4
+_MAGICS = (b"\x93NUMPY", b"GGUF", b"ZF", b"\x04\x22\x4d\x18")   # npy, GGUF, joblib's, lz4 (archive_kind: the others)
 _HDF5 = b"\x89HDF\r\n\x1a\n"
 _PNG = b"\x89PNG\r\n\x1a\n"   # NEWFALSE then PERSID, which pickle.load refuses with no persistent_load: no import
 
@@ -240,13 +248,13 @@ def _copy(src: IO[bytes], dest: str, size: int) -> None:
             left -= len(data)
 
 
-def _tar(t: Trace, f: IO[bytes], size: int, head: bytes, tmp: str) -> _Out | None:
+def _tar(t: Trace, path: str, f: IO[bytes], size: int, head: bytes, tmp: str) -> _Out | None:
     compressed = codec(head)
     view: IO[bytes] = Window(f, 0, size) if compressed is None else Inflating(f, size, compressed)  # type: ignore[assignment]
     try:
         tar = tarfile.open(fileobj=view, mode="r:", tarinfo=bounded_tarinfo())
     except (tarfile.TarError, TarHeaderBound, CkptstatError):
-        return None
+        return None if compressed is None else _stream(t, path, view, compressed, tmp)
     t.format = "tar archive" + (f" ({compressed}-compressed)" if compressed else "")
     out = _Out(t, tmp)
     members: list[tarfile.TarInfo] = []
@@ -274,6 +282,37 @@ def _tar(t: Trace, f: IO[bytes], size: int, head: bytes, tmp: str) -> _Out | Non
     if isinstance(view, Inflating) and view.error:
         t.notes.append(f"the {compressed} stream is damaged ({view.error}): extraction stops where it reads that far")
     extraction(t, members, "the archive", TAR_EXTRACTION)
+    return out
+
+
+SUFFIXES = {"gzip": (".gz", ".gzip"), "bz2": (".bz2",), "xz": (".xz",), "zstd": (".zst", ".zstd")}
+
+
+def _stream(t: Trace, path: str, view: IO[bytes], compressed: str, tmp: str) -> _Out:
+    """A compressed file that is no tar (`model.pt.gz`): one member, as gunzip, bunzip2, unxz or unzstd writes it,
+    named as the file less its suffix."""
+    t.format = f"{compressed}-compressed file"
+    out = _Out(t, tmp)
+    name = basename(path) if is_url(path) else os.path.basename(path)
+    for suffix in SUFFIXES[compressed]:
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[:-len(suffix)]
+            break
+    cap = limits().spill_bytes
+
+    def write(dest: str) -> None:
+        _copy(_at(view, 0), dest, cap + 1)
+        if os.path.getsize(dest) > cap:   # (judged no further)
+            os.unlink(dest)
+            out.files = [(r, d) for r, d in out.files if d != dest]
+            t.unknown.append(f"{name[:120]!r}: more than the {cap:,} bytes scan writes out of an archive "
+                             "(--limit spill_bytes=N)")
+    try:
+        out.member(name, 0, _at(view, 0).read(HEAD), write)
+    except CkptstatError as e:   # (past inflate_ratio)
+        t.unknown.append(f"{name[:120]!r}: {e}")
+    if isinstance(view, Inflating) and view.error:
+        t.notes.append(f"the {compressed} stream is damaged ({view.error}): decompressing stops there")
     return out
 
 
@@ -358,8 +397,8 @@ def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
     else:
         r["verdict"] = (f"safe: {len(reports):,} of its {len(out.files):,} extracted member(s) hold a pickle or config "
                         "a loader reads, each judged safe as a folder's file" if reports else
-                        f"safe: none of its {len(out.files):,} extracted member(s) holds a pickle or config a loader "
-                        "reads")
+                        f"safe: none of its {len(out.files) + len(out.deferred):,} member(s) holds a pickle or config a "
+                        "loader reads")
     r["status"], r["would_run_code"], r["members"] = status, status != "safe", members
     return r
 
