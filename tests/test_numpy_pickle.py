@@ -36,7 +36,7 @@ def test_every_array_is_what_its_loader_reads(rel):
             assert t.dtype == (PADDLE_DTYPES.get(want["dtype"]) or dtypes.NUMPY_NAMES[want["dtype"]]), name
             values = ck.read(name).astype(np.float64).reshape(-1)
             assert hashlib.sha256(values.astype("<f8").tobytes()).hexdigest() == want["sha256"], name
-            assert t.offset is not None   # read in place
+            assert t.offset is not None or "latin1" in t.extra   # read in place (protocol 2: decoded from its text)
 
 
 def test_a_paddle_model_counts_its_parameters_and_its_optimizer_apart():

@@ -323,6 +323,8 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
         infos = zf.infolist()
     except ZIP_ERRORS:
         return None
+    if _torch_shaped([i.filename for i in infos]):
+        return None
     t.format = "zip archive"
     out = _Out(t, tmp)
     bound = limits()
@@ -362,6 +364,13 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
     if len(infos) > MAX_MEMBERS:
         t.unknown.append(f"a zip of more than {MAX_MEMBERS:,} members: scan lists at most that many")
     return out
+
+
+def _torch_shaped(names: list[str]) -> bool:
+    """A zip torch.save wrote (every name under one folder that holds data.pkl: a torch archive, or one item of a DCP
+    `.distcp` file): torch's reader judges it, nobody extracts it."""
+    top = {n.split("/", 1)[0] for n in names}
+    return len(top) == 1 and f"{next(iter(top))}/data.pkl" in names
 
 
 def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
