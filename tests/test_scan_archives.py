@@ -241,11 +241,12 @@ def test_archives_no_reader_here_opens_are_unknown(tmp_path, cli, monkeypatch):
 
 def test_members_no_loader_reads_are_not_extracted(archives):
     """A WebDataset shard's images and labels: no loader reads a pickle from them (the oracle above), so they are not
-    written out (a folder of dataset shards is not copied to the temporary folder; its `.json` are, to be judged as
-    configs); a pickle of protocol 0 under a text name is (pickle.load, and torch.load's legacy path, run it)."""
+    written out (a folder of dataset shards is not copied to the temporary folder; nor its labels' `.json`, no config
+    a library reads by name); a pickle of protocol 0 under a text name is (pickle.load, and torch.load's legacy path,
+    run it)."""
     _, c = archives
     r = scan_path(c["shards.tar"])
-    assert r["status"] == "safe" and r["members"] == [] and "9 member(s) not extracted" in " ".join(r["notes"])
+    assert r["status"] == "safe" and r["members"] == [] and "12 member(s) not extracted" in " ".join(r["notes"])
     assert r["verdict"] == "safe: none of its 12 member(s) holds a pickle or config a loader reads"
     r = scan_path(c["proto0.tgz"])
     assert r["status"] == "unsafe" and r["members"][0]["path"] == "notes.txt"

@@ -42,7 +42,7 @@ from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kin
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError
 from ...formats.dcp.extensions import available as zstd_available
-from .names import TEXT, pickle_named
+from .names import pickle_named, read_as_text
 from .nemo import Extractor, Inflating, extraction
 from .torch_load import Trace, report
 from .verdict import RANK
@@ -211,7 +211,7 @@ def worth_judging(norm: str, head: bytes) -> bool:
     HDF5 or compressed file, or a pickle that runs a global before it could raise). Images, text and safetensors are
     not: no loader reads a pickle from them, and a dataset's tar shards stay unwritten."""
     low = norm.lower()
-    if pickle_named(low) or low.endswith(TEXT):
+    if pickle_named(low) or read_as_text(norm):
         return True
     if low.endswith(".safetensors") or not head or head.startswith(_PNG):
         return False
