@@ -12,8 +12,9 @@ the worst verdict, and a `members` list. A tar member that extraction would writ
 name, `..`) or through a link is a finding of its own (Python's `tarfile.extractall` without a filter, the default
 before Python 3.14, writes it: CVE-2007-4559); links are never made in the temporary folder, and a link out of the
 archive is unknown (what reads it reads outside). Bounded: MAX_MEMBERS listed, MAX_EXTRACTED written, at most
-`spill_bytes` written in all, a compressed stream inflated at most `inflate_ratio` x the file + `expansion_floor`, a
-zip member at most that ratio of its compressed bytes; past any bound the verdict is unknown, naming it.
+`spill_bytes` and `inflate_ratio` x the archive + `expansion_floor` written in all (a link inside is a link, no copy),
+a compressed stream inflated at most that much, a zip member at most that ratio of its compressed bytes; past any bound
+the verdict is unknown, naming it.
 Only members a loader may read a pickle, config or code from are written (`worth_judging`: by their name, or by
 first bytes that could start a pickle which imports before it fails, an archive, a numpy, GGUF, HDF5 or compressed
 file); `*.safetensors`, images and text are not (a folder of WebDataset tar shards is not copied out), unless a link of
@@ -116,8 +117,12 @@ def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str,
 class _Out:
     """The members written so far into the temporary folder, within the bounds."""
 
-    def __init__(self, t: Trace, tmp: str):
+    def __init__(self, t: Trace, tmp: str, size: int):
         self.t, self.tmp = t, tmp
+        # what may be written in all: spill_bytes, and no more than the archive may inflate to (a zip whose entries
+        # all point at one deflated member, each inflating to 64 MiB, would otherwise write spill_bytes of copies)
+        bound = limits()
+        self.cap = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor)
         self.files: list[tuple[str, str]] = []                   # (the member's name as shown, the file written)
         self.written: dict[str, str] = {}                        # member path -> the file written
         self.deferred: dict[str, Callable[[str], None]] = {}     # a member not worth judging -> how to write it...
@@ -132,12 +137,11 @@ class _Out:
         norm = _norm(name)
         if norm is None or self.full:
             return None
-        left = limits().spill_bytes - self.bytes
-        if len(self.files) >= MAX_EXTRACTED or size > left:
+        if len(self.files) >= MAX_EXTRACTED or size > self.cap - self.bytes:
             self.full = True
             why = (f"more than {MAX_EXTRACTED:,} members to extract" if len(self.files) >= MAX_EXTRACTED else
-                   f"{name[:120]!r}: {size:,} bytes, past the {limits().spill_bytes:,} scan writes out of an archive "
-                   "(--limit spill_bytes=N)")
+                   f"{name[:120]!r}: {size:,} bytes, past the {self.cap:,} scan writes out of this archive "
+                   "(spill_bytes, and inflate_ratio x its size + expansion_floor: --limit NAME=N)")
             self.t.unknown.append(f"{why}: scan judged the members before it and no more")
             return None
         if "\0" in norm:
@@ -187,13 +191,14 @@ class _Out:
             size = os.path.getsize(src) if src else self.deferred_sizes.get(resolved, -1)
             if size < 0 or not (src or worth_judging(_norm(name) or "", self.deferred_heads[resolved])):
                 continue
-            dest = self.target(name, size)
+            dest = self.target(name, 0 if src else size)
             if dest is None:
                 continue
-            if src:
-                self.write(name, dest, partial(shutil.copyfile, src))
+            if src:   # (a link, as extraction makes one: no bytes copied, however many links point there)
+                self.write(name, dest, partial(os.link, src))
             else:
                 self.write(name, dest, self.deferred[resolved])
+                self.written[resolved] = dest
 
 
 HEAD = 4096   # a member's first bytes looked at (HDF5's signature may sit at 512, 1024 or 2048, after a user block)
@@ -254,9 +259,9 @@ def _tar(t: Trace, path: str, f: IO[bytes], size: int, head: bytes, tmp: str) ->
     try:
         tar = tarfile.open(fileobj=view, mode="r:", tarinfo=bounded_tarinfo())
     except (tarfile.TarError, TarHeaderBound, CkptstatError):
-        return None if compressed is None else _stream(t, path, view, compressed, tmp)
+        return None if compressed is None else _stream(t, path, view, size, compressed, tmp)
     t.format = "tar archive" + (f" ({compressed}-compressed)" if compressed else "")
-    out = _Out(t, tmp)
+    out = _Out(t, tmp, size)
     members: list[tarfile.TarInfo] = []
     try:
         while (m := tar.next()) is not None:
@@ -288,25 +293,25 @@ def _tar(t: Trace, path: str, f: IO[bytes], size: int, head: bytes, tmp: str) ->
 SUFFIXES = {"gzip": (".gz", ".gzip"), "bz2": (".bz2",), "xz": (".xz",), "zstd": (".zst", ".zstd")}
 
 
-def _stream(t: Trace, path: str, view: IO[bytes], compressed: str, tmp: str) -> _Out:
+def _stream(t: Trace, path: str, view: IO[bytes], size: int, compressed: str, tmp: str) -> _Out:
     """A compressed file that is no tar (`model.pt.gz`): one member, as gunzip, bunzip2, unxz or unzstd writes it,
     named as the file less its suffix."""
     t.format = f"{compressed}-compressed file"
-    out = _Out(t, tmp)
+    out = _Out(t, tmp, size)
     name = basename(path) if is_url(path) else os.path.basename(path)
     for suffix in SUFFIXES[compressed]:
         if name.lower().endswith(suffix) and len(name) > len(suffix):
             name = name[:-len(suffix)]
             break
-    cap = limits().spill_bytes
+    cap = out.cap
 
     def write(dest: str) -> None:
         _copy(_at(view, 0), dest, cap + 1)
         if os.path.getsize(dest) > cap:   # (judged no further)
             os.unlink(dest)
             out.files = [(r, d) for r, d in out.files if d != dest]
-            t.unknown.append(f"{name[:120]!r}: more than the {cap:,} bytes scan writes out of an archive "
-                             "(--limit spill_bytes=N)")
+            t.unknown.append(f"{name[:120]!r}: more than the {cap:,} bytes scan writes out of this archive "
+                             "(spill_bytes, and inflate_ratio x its size + expansion_floor: --limit NAME=N)")
     try:
         out.member(name, 0, _at(view, 0).read(HEAD), write)
     except CkptstatError as e:   # (past inflate_ratio)
@@ -326,7 +331,7 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
     if _torch_shaped([i.filename for i in infos]):
         return None
     t.format = "zip archive"
-    out = _Out(t, tmp)
+    out = _Out(t, tmp, size)
     bound = limits()
     for i in infos[:MAX_MEMBERS]:
         if i.is_dir():
