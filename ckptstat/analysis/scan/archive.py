@@ -195,7 +195,7 @@ class _Out:
             if dest is None:
                 continue
             if src:   # (a link, as extraction makes one: no bytes copied, however many links point there)
-                self.write(name, dest, partial(os.link, src))
+                self.write(name, dest, partial(_link, src))
             else:
                 self.write(name, dest, self.deferred[resolved])
                 self.written[resolved] = dest
@@ -235,6 +235,13 @@ def _taken(root: str, norm: str) -> bool:
     parts = norm.split("/")
     return os.path.lexists(os.path.join(root, *parts)) or \
         any(os.path.isfile(os.path.join(root, *parts[:i])) for i in range(1, len(parts)))
+
+
+def _link(src: str, dest: str) -> None:
+    try:
+        os.link(src, dest)
+    except OSError:   # (a file system without hard links: a copy)
+        shutil.copyfile(src, dest)
 
 
 def _at(f: IO[bytes], offset: int) -> IO[bytes]:
