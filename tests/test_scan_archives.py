@@ -93,13 +93,14 @@ def _member(t: tarfile.TarFile, name: str, data: bytes = b"", kind: bytes = tarf
 
 
 def _model_folder(root: str) -> str:
-    """A model folder as save_pretrained and a training script leave it: safetensors, a torch.save, a config, code."""
+    """A model folder as save_pretrained and a training script leave it: safetensors, a torch.save, a config, code
+    (a script no server imports: SageMaker's code/inference.py is tested apart)."""
     os.makedirs(os.path.join(root, "code"))
     safetensors_torch.save_file({"w": torch.ones(4)}, os.path.join(root, "model.safetensors"))
     torch.save({"w": torch.ones(3)}, os.path.join(root, "pytorch_model.bin"))
     with open(os.path.join(root, "config.json"), "w") as f:
         json.dump({"model_type": "bert"}, f)
-    with open(os.path.join(root, "code", "inference.py"), "w") as f:
+    with open(os.path.join(root, "code", "train.py"), "w") as f:
         f.write("print('hello')\n")
     return root
 
@@ -251,6 +252,35 @@ def test_members_no_loader_reads_are_not_extracted(archives):
     assert r["verdict"] == "safe: none of its 12 member(s) holds a pickle or config a loader reads"
     r = scan_path(c["proto0.tgz"])
     assert r["status"] == "unsafe" and r["members"][0]["path"] == "notes.txt"
+
+
+def test_code_a_model_server_imports_from_the_archive_is_unknown(tmp_path):
+    """SageMaker's inference toolkits import a model.tar.gz's code/inference.py (and pip-install code/requirements.txt);
+    TorchServe imports the handler and modelFile a .mar's MAR-INF/MANIFEST.json names (torch-model-archiver's layout):
+    Python scan does not vet, named, the verdict unknown. A built-in handler is no code of the archive's."""
+    folder = _model_folder(str(tmp_path / "m"))
+    with open(os.path.join(folder, "code", "inference.py"), "w") as f:
+        f.write("def model_fn(model_dir):\n    return None\n")
+    with open(os.path.join(folder, "code", "requirements.txt"), "w") as f:
+        f.write("numpy\n")
+    r = scan_path(_tar(str(tmp_path / "model.tar.gz"), "w:gz", folder))
+    assert r["status"] == "unknown" and "code/inference.py: SageMaker's inference toolkits import it" in r["verdict"]
+    assert any("code/requirements.txt" in n for n in r["notes"])
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buf)
+    manifest = {"createdOn": "06/12/2026 10:00:00", "runtime": "python", "archiverVersion": "0.12.0",
+                "model": {"modelName": "resnet", "serializedFile": "model.pt", "handler": "handler.py",
+                          "modelFile": "model.py", "modelVersion": "1.0"}}
+    mar = _zip(str(tmp_path / "resnet.mar"), None, [("MAR-INF/MANIFEST.json", json.dumps(manifest)),
+                                                    ("model.pt", buf.getvalue()), ("handler.py", "import os\n"),
+                                                    ("model.py", "import torch\n")])
+    r = scan_path(mar)
+    assert r["status"] == "unknown" and "TorchServe imports the handler 'handler.py' (a module of the archive)" in \
+        r["verdict"] and any("modelFile 'model.py'" in u for u in r["unknown"])
+    manifest["model"] = {"modelName": "r", "serializedFile": "model.pt", "handler": "image_classifier"}
+    builtin = _zip(str(tmp_path / "builtin.mar"), None, [("MAR-INF/MANIFEST.json", json.dumps(manifest)),
+                                                          ("model.pt", buf.getvalue())])
+    assert scan_path(builtin)["status"] == "safe"
 
 
 def test_every_member_of_a_name_is_judged(archives):

@@ -14,7 +14,8 @@ before Python 3.14, writes it: CVE-2007-4559); links are never made in the tempo
 archive is unknown (what reads it reads outside). Bounded: MAX_MEMBERS listed, MAX_EXTRACTED written, at most
 `spill_bytes` and `inflate_ratio` x the archive + `expansion_floor` written in all (a link inside is a link, no copy),
 a compressed stream inflated at most that much, a zip member at most that ratio of its compressed bytes; past any bound
-the verdict is unknown, naming it.
+the verdict is unknown, naming it. Code a model server imports from the archive (SageMaker's `code/inference.py`,
+a TorchServe `.mar`'s handler: analysis/scan/serving.py) makes it unknown too.
 Only members a loader may read a pickle, config or code from are written (`worth_judging`: by their name, or by
 first bytes that could start a pickle which imports before it fails, an archive, a numpy, GGUF, HDF5 or compressed
 file); `*.safetensors`, images and text are not (a folder of WebDataset tar shards is not copied out), unless a link of
@@ -45,6 +46,7 @@ from ...errors import CkptstatError
 from ...formats.dcp.extensions import available as zstd_available
 from .names import pickle_named, read_as_text
 from .nemo import Extractor, Inflating, extraction
+from .serving import MAR_MANIFEST, SERVING_FILES, serving_code
 from .torch_load import Trace, report
 from .verdict import RANK
 
@@ -216,7 +218,7 @@ def worth_judging(norm: str, head: bytes) -> bool:
     HDF5 or compressed file, or a pickle that runs a global before it could raise). Images, text and safetensors are
     not: no loader reads a pickle from them, and a dataset's tar shards stay unwritten."""
     low = norm.lower()
-    if pickle_named(low) or read_as_text(norm):
+    if pickle_named(low) or read_as_text(norm) or norm in SERVING_FILES:
         return True
     if low.endswith(".safetensors") or not head or head.startswith(_PNG):
         return False
@@ -386,6 +388,9 @@ def _torch_shaped(names: list[str]) -> bool:
 
 
 def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
+    unknown, notes = serving_code(set(out.written) | set(out.deferred), out.written.get(MAR_MANIFEST))
+    t.unknown += unknown
+    t.notes += notes
     if out.deferred:
         t.notes.append(f"{len(out.deferred):,} member(s) not extracted: no loader reads a pickle from them by their name "
                        "(*.safetensors) or their first bytes (images, text)")
