@@ -139,7 +139,11 @@ class _NumpyUnpickler(RecordingUnpickler):
     def _span(self, n: int) -> None:
         self.append(self._payload(n)[0])
 
+    python2 = False   # a BINSTRING seen: Python 3 never writes one (its str is BINUNICODE, its bytes BINBYTES or
+                      # _codecs.encode), Python 2's pickle.dump writes its str so
+
     def _string(self, n: int, utf8: bool) -> None:
+        self.python2 = self.python2 or not utf8
         span, data = self._payload(n)
         self.append(_text("" if data is None else data.decode("utf-8", "surrogatepass") if utf8 else
                           data.decode("latin-1"), span, utf8))
@@ -227,8 +231,7 @@ def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:
     return TensorInfo(name, dtype, tuple(shape), path, data.offset, data.length, byteorder=order, stride=stride)
 
 
-def _walk(path: str, obj: object, paddle: bool, arrays: list[_Array]) -> dict[str, TensorInfo]:
-    """The arrays under `obj`, named by their keys and indices (each also appended to `arrays`)."""
+def _walk(path: str, obj: object, paddle: bool) -> dict[str, TensorInfo]:
     out: dict[str, TensorInfo] = {}
     seen: set[int] = set()
 
@@ -237,7 +240,6 @@ def _walk(path: str, obj: object, paddle: bool, arrays: list[_Array]) -> dict[st
             raise CorruptCheckpointError(path, f"containers nest deeper than {MAX_DEPTH} at {name!r}")
         if isinstance(o, _Array):
             out[name or "array"] = _tensor(path, name or "array", o, paddle)
-            arrays.append(o)
             return
         if id(o) in seen:
             return
@@ -267,12 +269,10 @@ def open_numpy_pickle(path: str) -> Checkpoint:
     with open_regular(path) as f:
         protocol = f.read(2)[1:]   # (PROTO's argument: accept saw it)
         f.seek(0)
-        obj, _ = unpickle(f, path, "pickle", storages=False, limit=size_of(f), unpickler=_NumpyUnpickler)
+        obj, u = unpickle(f, path, "pickle", storages=False, limit=size_of(f), unpickler=_NumpyUnpickler)
     paddle = path.endswith(PADDLE_SUFFIXES) or (isinstance(obj, dict) and PADDLE_KEY in obj)
-    arrays: list[_Array] = []
-    tensors = _walk(path, obj, paddle, arrays)
-    py2 = any(isinstance(a.state, tuple) and len(a.state) == 5 and isinstance(a.state[4], _Text) and not a.state[4].utf8
-              for a in arrays)
+    tensors = _walk(path, obj, paddle)
+    py2 = isinstance(u, _NumpyUnpickler) and u.python2
     if not tensors:
         raise CorruptCheckpointError(path, "a pickle that holds no numpy array")
     notes = ["written by PaddlePaddle's paddle.save (a .pdparams / .pdopt name, or its StructuredToParameterName@@ "
