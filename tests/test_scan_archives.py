@@ -130,11 +130,11 @@ def archives(tmp_path_factory):
     """name -> path of each archive case; a benign folder and a copy of it as the inner archive of a nested one."""
     d = str(tmp_path_factory.mktemp("archives"))
     m = _model_folder(os.path.join(d, "src"))
-    bomb_free = os.path.join(d, "cases")
-    os.makedirs(bomb_free)
+    folder = os.path.join(d, "cases")
+    os.makedirs(folder)
     c = {}
     def at(name: str) -> str:
-        return os.path.join(bomb_free, name)
+        return os.path.join(folder, name)
     c["clean.tar.gz"] = _tar(at("clean.tar.gz"), "w:gz", m)
     c["clean.tar"] = _tar(at("clean.tar"), "w", m)
     c["clean.zip"] = _zip(at("clean.zip"), m)
@@ -188,16 +188,17 @@ def _ran(tmp: str, archive: str) -> bool:
 
 def test_scan_says_unsafe_exactly_where_extracting_and_loading_runs_the_payload(archives, tmp_path):
     _, cases = archives
-    wrong = []
+    wrong, ran_payload = [], 0
     for name, path in sorted(cases.items()):
         if name == "earlier.tar":   # extraction keeps the last member of a name: its payload never reaches a loader
             continue
         ran = _ran(str(tmp_path), path)
+        ran_payload += ran
         r = scan_path(path)
         if (r["status"] == "unsafe") != ran or r["status"] not in ("unsafe", "safe"):
             wrong.append((name, r["status"], ran, r["verdict"]))
     assert not wrong, wrong
-    assert sum(n.startswith(("clean", )) for n in cases) == 3
+    assert ran_payload >= 12   # (the oracle ran most payloads: it is no loader that runs nothing)
 
 
 def test_an_archives_report_names_the_member(archives):
