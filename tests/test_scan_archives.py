@@ -458,3 +458,15 @@ def test_mutated_archives_scan_or_fail_in_one_line(archives, name):
     for blob in _mutants(data, random.Random(f"ckptstat scan archives {name}")):
         with Case() as case:
             check(f"scan archive {name}", case.write(name, blob), action="scan_path")
+
+
+def test_links_inside_an_archive_cost_no_bytes(tmp_path, cli):
+    """300 hard links to one 8 MiB torch.save: each judged under its own name, none of them copied (within a
+    spill_bytes of 10 MiB, which 300 copies would pass by 2.3 GiB)."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(2 << 20)}, buf)
+    links = [(f"copies/w{i}.pt", b"", tarfile.LNKTYPE, "w.pt") for i in range(300)]
+    path = _tar(str(tmp_path / "links.tar"), "w", None, [("w.pt", buf.getvalue()), *links])
+    rc, out, _ = cli("--limit", f"spill_bytes={10 << 20}", "scan", path, "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["status"] == "safe" and len(r["members"]) == 301, r["verdict"]
