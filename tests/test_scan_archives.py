@@ -470,3 +470,5 @@ def test_links_inside_an_archive_cost_no_bytes(tmp_path, cli):
     rc, out, _ = cli("--limit", f"spill_bytes={10 << 20}", "scan", path, "--json")
     r = json.loads(out)
     assert rc == 0 and r["status"] == "safe" and len(r["members"]) == 301, r["verdict"]
+    rc, out, _ = cli("--limit", f"spill_bytes={10 << 20}", "scan", path)   # the human report lists 20, counts the rest
+    assert out.count("member SAFE") == 20 and "281 more (--json lists every one)" in out

@@ -10,6 +10,8 @@ from rich.text import Text
 from .names import Name, fit_names, name_line, safe
 
 _STYLE = {"unsafe": "bold red", "unknown": "bold yellow", "unreadable": "yellow", "safe": "green"}
+_ORDER = ("unsafe", "unknown", "unreadable", "safe")
+MEMBERS_SHOWN = 20   # an archive's members listed one a line; the rest counted
 
 
 def render_scan(r: dict, console: Console) -> None:
@@ -36,8 +38,11 @@ def render_scan(r: dict, console: Console) -> None:
         console.print(Text("unknown      ", style="yellow").append_text(safe(why)))
     for note in r["notes"]:
         console.print(Text("note         ", style="dim").append_text(safe(note)))
-    for m in r.get("members", []):   # an archive's members a loader reads (analysis/scan/archive.py)
+    members = sorted(r.get("members", []), key=lambda m: _ORDER.index(m["status"]))   # (an archive's: archive.py)
+    for m in members[:MEMBERS_SHOWN]:   # the worst first
         console.print(name_line(Text(f"member {m['status'].upper():<11}", style=_STYLE[m["status"]]), m["path"]))
+    if len(members) > MEMBERS_SHOWN:
+        console.print(Text(f"member ...      {len(members) - MEMBERS_SHOWN:,} more (--json lists every one)", style="dim"))
     console.print(safe(r["verdict"]), style=_STYLE[r["status"]])
 
 
