@@ -472,3 +472,26 @@ def test_links_inside_an_archive_cost_no_bytes(tmp_path, cli):
     assert rc == 0 and r["status"] == "safe" and len(r["members"]) == 301, r["verdict"]
     rc, out, _ = cli("--limit", f"spill_bytes={10 << 20}", "scan", path)   # the human report lists 20, counts the rest
     assert out.count("member SAFE") == 20 and "281 more (--json lists every one)" in out
+
+
+def test_a_gzipped_tar_is_decompressed_once_and_a_gzipped_nemo_archive_keeps_nemos_verdict(archives, tmp_path,
+                                                                                           monkeypatch):
+    """NeMo's rules listed every gzip'd tar for a model_config.yaml, then the archive's rules listed it again: a
+    gzip'd tar of another name is now listed once, and handed to NeMo's rules when it holds that config (NeMo < 1.7
+    gzip'd its archives; restore_from takes any name)."""
+    import gzip
+
+    from conftest import FIXTURES
+
+    from ckptstat.analysis.scan import nemo
+
+    _, c = archives
+    passes = []
+    rewind = nemo.Inflating._rewind
+    monkeypatch.setattr(nemo.Inflating, "_rewind", lambda self: passes.append(1) or rewind(self))
+    assert scan_path(c["clean.tar.gz"])["status"] == "safe" and len(passes) == 1
+    data = gzip.compress(open(os.path.join(FIXTURES, "nemo", "config-os-system.nemo"), "rb").read())
+    for name in ("model.tar.gz", "model.nemo"):
+        (tmp_path / name).write_bytes(data)
+        r = scan_path(str(tmp_path / name))
+        assert r["verdict"] == "UNSAFE: NeMo's restore_from would import and may call: os.system", (name, r["verdict"])

@@ -44,8 +44,10 @@ from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kin
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError
 from ...formats.dcp.extensions import available as zstd_available
+from ...formats.nemo import CONFIG as NEMO_CONFIG
+from .loaders import gzip_unnamed
 from .names import pickle_named, read_as_text
-from .nemo import Extractor, Inflating, extraction
+from .nemo import Extractor, Inflating, extraction, judge_nemo
 from .serving import MAR_MANIFEST, SERVING_FILES, serving_code
 from .torch_load import Trace, report
 from .verdict import RANK
@@ -110,7 +112,11 @@ def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str,
         written = _zip(t, f, size, tmp) if head[:4] in ZIP_STARTS else _tar(t, path, f, size, head, tmp)
         if written is None:
             return None
-        return _report(t, written, tmp, judge)
+        r = _report(t, written, tmp, judge)
+        if written.nemo and gzip_unnamed(path, head):   # a gzip'd NeMo archive (< 1.7) of another name: NeMo's rules too
+            nemo = judge_nemo(path, f, size)
+            return r if nemo is None else worse(nemo, r)
+        return r
     finally:
         _nesting.depth -= 1
         shutil.rmtree(tmp, ignore_errors=True)
@@ -133,6 +139,7 @@ class _Out:
         self.deferred_heads: dict[str, bytes] = {}
         self.bytes = 0
         self.full = False
+        self.nemo = False   # a member is NeMo's model_config.yaml
 
     def target(self, name: str, size: int) -> str | None:
         """Where member `name` of `size` bytes goes, or None when it is not written (said in the trace)."""
@@ -278,6 +285,7 @@ def _tar(t: Trace, path: str, f: IO[bytes], size: int, head: bytes, tmp: str) ->
                 t.unknown.append(f"a tar of more than {MAX_MEMBERS:,} members: scan lists at most that many")
                 break
             members.append(m)
+            out.nemo = out.nemo or posixpath.normpath(m.name).lower() == NEMO_CONFIG
             if m.isreg() and m.sparse is None:
                 def write(dest: str, at: int = m.offset_data, n: int = m.size) -> None:
                     _copy(_at(view, at), dest, n)

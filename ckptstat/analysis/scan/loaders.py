@@ -48,6 +48,7 @@ from typing import IO, Any
 
 from ...core.files import open_regular
 from ...core.io import prefetch
+from ...core.tar import codec
 from ...core.urls import file_name
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
@@ -66,6 +67,7 @@ from .hub_zip import judge_file as judge_hub
 from .hub_zip import tail as zip_tail
 from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import PastBounds, keras_report, load_config
+from .names import pickle_named
 from .nemo import judge_nemo
 from .package import judge_package
 from .pt2 import judge_export
@@ -516,7 +518,9 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
         t = Trace(path)
         _npy(t, f, size)
         return _numpy_report(t)
-    nemo = judge_nemo(path, f, size)   # a NeMo archive, plain or gzip'd tar (analysis/scan/nemo.py)
+    # a NeMo archive, plain or gzip'd tar (analysis/scan/nemo.py); a gzip'd tar of another name is listed once, by the
+    # archive rules, which hand it to NeMo's when it holds model_config.yaml (analysis/scan/archive.py)
+    nemo = judge_nemo(path, f, size) if not gzip_unnamed(path, head) else None
     if nemo is not None:
         return nemo
     at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
@@ -532,6 +536,12 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
         return keras
     # an HDF5 file's user block may hold a zip np.load reads (its end record at the tail): both judged
     return _worse(_keras_h5(path, f) if _hdf5(f, size) else None, _zips(path, f, size, head, traced))
+
+
+def gzip_unnamed(path: str, head: bytes) -> bool:
+    """A gzip stream whose name is neither NeMo's nor a pickle's: if it is a NeMo archive (NeMo < 1.7), the archive
+    rules find its model_config.yaml as they list it, and judge it by NeMo's too (one pass over the stream, not two)."""
+    return codec(head) == "gzip" and not file_name(path).lower().endswith(".nemo") and not pickle_named(path)
 
 
 def _zips(path: str, f: IO[bytes], size: int, head: bytes, traced: Trace | None) -> dict[str, Any] | None:
