@@ -1,25 +1,28 @@
 """`ckptstat scan` of an archive users extract before they load what is inside: a tar, plain or compressed (gzip,
-bzip2, xz: SageMaker's `model.tar.gz`, release tarballs, `.tgz` downloads), or a zip no loader reads as a whole (a
-zipped model folder; torch.load, np.load, Keras, torch.hub and the others are asked first: analysis/scan/loaders.py).
-No loader opens such a file, so the loaders' rules alone called it unreadable, and a folder scan passed it by; but
-a payload inside reaches the user one `tar xf` later.
+bzip2, xz, zstd with the zstd extra: SageMaker's `model.tar.gz`, release tarballs, `.tgz` downloads), a zip no loader
+reads as a whole (a zipped model folder, a TorchServe `.mar`; torch.load, np.load, Keras, torch.hub and the others are
+asked first: analysis/scan/loaders.py), or one compressed file (`model.pt.gz`, a member named as gunzip names it).
+No loader opens such a file, so the loaders' rules alone called it unreadable, and a folder scan passed it by; but a
+payload inside reaches the user one `tar xf` later. 7-Zip and RAR, which no library here opens, are unknown.
 
 So its members are extracted, as `tar` / `unzip` would, into a private temporary folder (removed after; the input
-is never written), and that folder is judged as `ckptstat scan FOLDER` judges one: every file by what its loaders
-would do with its bytes (analysis/scan/__init__.py, the `judge` it hands in), an archive inside by these rules again,
-at most MAX_NESTING deep. The archive's report is the members': their findings and pickles named `member: record`,
-the worst verdict, and a `members` list. A tar member that extraction would write outside the folder (an absolute
-name, `..`) or through a link is a finding of its own (Python's `tarfile.extractall` without a filter, the default
-before Python 3.14, writes it: CVE-2007-4559); links are never made in the temporary folder, and a link out of the
-archive is unknown (what reads it reads outside). Bounded: MAX_MEMBERS listed, MAX_EXTRACTED written, at most
-`spill_bytes` and `inflate_ratio` x the archive + `expansion_floor` written in all (a link inside is a link, no copy),
-a compressed stream inflated at most that much, a zip member at most that ratio of its compressed bytes; past any bound
-the verdict is unknown, naming it. Code a model server imports from the archive (SageMaker's `code/inference.py`,
-a TorchServe `.mar`'s handler: analysis/scan/serving.py) makes it unknown too.
+is never written), and judged as `ckptstat scan FOLDER` judges a folder's files: each by what its loaders would do
+with its bytes (analysis/scan/__init__.py, the `judge` it hands in), an archive inside by these rules again, at most
+MAX_NESTING deep. The archive's report is the members': their findings and pickles named `member: record`, the worst
+verdict, and a `members` list. A tar member that extraction would write outside the folder (an absolute name, `..`)
+or through a link is a finding of its own (Python's `tarfile.extractall` without a filter, the default before Python
+3.14, writes it: CVE-2007-4559); no symbolic link is made in the temporary folder: a link inside the archive is judged
+as what it points to under its own name (a hard link between the folder's own files), and a link out of the archive
+is unknown (what reads it reads outside). Code a model server imports from the archive (SageMaker's
+`code/inference.py`, a TorchServe `.mar`'s handler: analysis/scan/serving.py) makes the verdict unknown too.
+
 Only members a loader may read a pickle, config or code from are written (`worth_judging`: by their name, or by
 first bytes that could start a pickle which imports before it fails, an archive, a numpy, GGUF, HDF5 or compressed
-file); `*.safetensors`, images and text are not (a folder of WebDataset tar shards is not copied out), unless a link of
-such a name points to one: counted in a note.
+file); `*.safetensors`, images and text are not (a folder of WebDataset tar shards is not copied out), unless a link
+of such a name points to one: counted in a note. Bounded: MAX_MEMBERS listed, MAX_EXTRACTED written, at most
+`spill_bytes` and `inflate_ratio` x the archive + `expansion_floor` written in all, a compressed stream inflated at
+most that much, a zip member at most that ratio of its compressed bytes; past any bound the verdict is unknown, naming
+it.
 """
 from __future__ import annotations
 
