@@ -460,9 +460,10 @@ def test_mutated_archives_scan_or_fail_in_one_line(archives, name):
             check(f"scan archive {name}", case.write(name, blob), action="scan_path")
 
 
-def test_links_inside_an_archive_cost_no_bytes(tmp_path, cli):
+def test_links_inside_an_archive_cost_no_bytes(tmp_path, cli, monkeypatch):
     """300 hard links to one 8 MiB torch.save: each judged under its own name, none of them copied (within a
-    spill_bytes of 10 MiB, which 300 copies would pass by 2.3 GiB)."""
+    spill_bytes of 10 MiB, which 300 copies would pass by 2.3 GiB); where the temporary folder takes no hard link, the
+    copies count against the bound."""
     buf = io.BytesIO()
     torch.save({"w": torch.zeros(2 << 20)}, buf)
     links = [(f"copies/w{i}.pt", b"", tarfile.LNKTYPE, "w.pt") for i in range(300)]
@@ -472,6 +473,13 @@ def test_links_inside_an_archive_cost_no_bytes(tmp_path, cli):
     assert rc == 0 and r["status"] == "safe" and len(r["members"]) == 301, r["verdict"]
     rc, out, _ = cli("--limit", f"spill_bytes={10 << 20}", "scan", path)   # the human report lists 20, counts the rest
     assert out.count("member SAFE") == 20 and "281 more (--json lists every one)" in out
+
+    def no_links(src, dest):
+        raise OSError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "link", no_links)
+    rc, out, _ = cli("--limit", f"spill_bytes={10 << 20}", "scan", path, "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["status"] == "unknown" and "to copy (no hard links here)" in r["verdict"]
 
 
 def test_a_gzipped_tar_is_decompressed_once_and_a_gzipped_nemo_archive_keeps_nemos_verdict(archives, tmp_path,

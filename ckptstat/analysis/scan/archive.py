@@ -207,10 +207,25 @@ class _Out:
             if dest is None:
                 continue
             if src:   # (a link, as extraction makes one: no bytes copied, however many links point there)
-                self.write(name, dest, partial(_link, src))
+                self.write(name, dest, partial(self._link, name, src))
             else:
                 self.write(name, dest, self.deferred[resolved])
                 self.written[resolved] = dest
+
+
+    def _link(self, name: str, src: str, dest: str) -> None:
+        """`dest` as a hard link to `src`; a copy, counted in the bound, on a file system without hard links."""
+        try:
+            os.link(src, dest)
+        except OSError:
+            size = os.path.getsize(src)
+            if size > self.cap - self.bytes:
+                self.t.unknown.append(f"{name[:120]!r}: {size:,} bytes to copy (no hard links here), past the "
+                                      f"{self.cap:,} scan writes out of this archive")
+                self.files = [(r, d) for r, d in self.files if d != dest]
+                return
+            self.bytes += size
+            shutil.copyfile(src, dest)
 
 
 HEAD = 4096   # a member's first bytes looked at (HDF5's signature may sit at 512, 1024 or 2048, after a user block)
@@ -247,13 +262,6 @@ def _taken(root: str, norm: str) -> bool:
     parts = norm.split("/")
     return os.path.lexists(os.path.join(root, *parts)) or \
         any(os.path.isfile(os.path.join(root, *parts[:i])) for i in range(1, len(parts)))
-
-
-def _link(src: str, dest: str) -> None:
-    try:
-        os.link(src, dest)
-    except OSError:   # (a file system without hard links: a copy)
-        shutil.copyfile(src, dest)
 
 
 def _at(f: IO[bytes], offset: int) -> IO[bytes]:
