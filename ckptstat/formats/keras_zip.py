@@ -28,6 +28,7 @@ from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, refuse_external
 from ..core.io import Window
 from ..core.limits import limits
+from ..core.spill import KeptSpill
 from ..core.tensor import check_inflation, read_flat_file
 from ..errors import CorruptCheckpointError, reading
 from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
@@ -47,26 +48,17 @@ class _Values:
     tensors cost n times the member (a 1 MB archive declaring 1 GB of zeros over 10,000 datasets: 10 TB)."""
 
     def __init__(self, path: str):
-        self.path, self.pid = path, 0
-        self.tmp: IO[bytes] | None = None
+        self.path = path
+        self.spill = KeptSpill()   # (a forked stats worker makes its own: no shared offset)
 
     def spilled(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> IO[bytes]:
-        if self.tmp is None or self.pid != os.getpid():   # (a forked stats worker makes its own: no shared offset)
-            tmp = tempfile.TemporaryFile()
-            try:
-                with zf.open(info) as member:
-                    shutil.copyfileobj(member, tmp, 1 << 20)   # at most file_size bytes: zipfile stops there (CRC-checked)
-                tmp.flush()
-            except BaseException:
-                tmp.close()
-                raise
-            self.tmp, self.pid = tmp, os.getpid()
-        return self.tmp
+        def fill(tmp: IO[bytes]) -> None:
+            with zf.open(info) as member:
+                shutil.copyfileobj(member, tmp, 1 << 20)   # at most file_size bytes: zipfile stops there (CRC-checked)
+        return self.spill.get(info.filename, fill)
 
     def close(self) -> None:
-        if self.tmp is not None and self.pid == os.getpid():
-            self.tmp.close()
-        self.tmp = None
+        self.spill.close()
 
     def __call__(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
         return _read(info, start, count, self)

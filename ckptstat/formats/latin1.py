@@ -4,18 +4,18 @@ writes an array's bytes as `_codecs.encode(text, 'latin1')` of a BINUNICODE stri
 `extra["latin1"]` says where its UTF-8 is, and this reader decodes it, once, into an anonymous temporary file (at
 most `spill_bytes`), checking it as `_codecs.encode` would (every character below 256, the UTF-8 whole, the count the
 array's), then reads the tensor from there as from a stored one. One temporary file is kept, for the last tensor read
-(a `stats` pass reads a tensor's chunks one after another); `close()` releases it."""
+(a `stats` pass reads a tensor's chunks one after another: core/spill.py); `close()` releases it."""
 from __future__ import annotations
 
 import codecs
-import os
-import tempfile
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..core import TensorInfo, dtypes
 from ..core.files import open_regular
 from ..core.io import RawFile, contiguous_strides, read_view
 from ..core.limits import limits
+from ..core.spill import KeptSpill
 from ..core.tensor import read_flat_file
 from ..errors import CheckpointError, CorruptCheckpointError
 
@@ -28,31 +28,24 @@ BLOCK = 1 << 20   # UTF-8 bytes decoded at a time
 class Latin1Reader:
     def __init__(self, path: str):
         self.path = path
-        self._pid = 0
-        self._spill: IO[bytes] | None = None
-        self._which: tuple[int, int] | None = None
+        self.spill = KeptSpill()
 
     def __call__(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
         if info.offset is not None:   # an array stored as bytes beside the latin-1 ones
             return read_flat_file(info, start, count)
-        if self._pid != os.getpid():  # forked (stats workers): a temporary file of our own
-            self._spill, self._which, self._pid = None, None, os.getpid()
         at, length = cast("tuple[int, int]", info.extra["latin1"])
-        spill = self._decoded(info, at, length)
+        cap = limits().spill_bytes
+        if info.nbytes > cap:
+            raise CheckpointError(self.path, f"array {info.name!r}: its {info.nbytes:,} bytes, stored as latin-1 text, "
+                                             f"are decoded to a temporary file, more than {cap:,} (--limit spill_bytes=N)")
+        spill = self.spill.get((at, length), partial(self._decode, info, at, length))
         itemsize = info.dt.bits // 8
         view = read_view(RawFile(spill, self.path), 0, itemsize, info.shape, info.stride or contiguous_strides(info.shape),
                          start, count)
         return dtypes.decode(view, info.dtype, count, info.byteorder)
 
-    def _decoded(self, info: TensorInfo, at: int, length: int) -> IO[bytes]:
-        if self._spill is not None and self._which == (at, length):
-            return self._spill
-        cap = limits().spill_bytes
-        if info.nbytes > cap:
-            raise CheckpointError(self.path, f"array {info.name!r}: its {info.nbytes:,} bytes, stored as latin-1 text, "
-                                             f"are decoded to a temporary file, more than {cap:,} (--limit spill_bytes=N)")
-        self.close()
-        spill = tempfile.TemporaryFile()
+    def _decode(self, info: TensorInfo, at: int, length: int, spill: IO[bytes]) -> None:
+        """The array's bytes from its UTF-8 text at `at`, checked as _codecs.encode(text, 'latin1') checks them."""
         decoder = codecs.getincrementaldecoder("utf-8")()
         written, done = 0, 0
         try:
@@ -70,24 +63,11 @@ class Latin1Reader:
                         break
                     spill.write(out)
         except (UnicodeDecodeError, UnicodeEncodeError) as e:
-            spill.close()
             raise CorruptCheckpointError(self.path, f"array {info.name!r}: its text is not latin-1 in UTF-8 "
                                                     f"({e.reason}), which _codecs.encode(text, 'latin1') raises on") from None
         if written != info.nbytes:
-            spill.close()
             raise CorruptCheckpointError(self.path, f"array {info.name!r}: its text holds {written:,}+ bytes for "
                                                     f"{list(info.shape)} {info.dtype} ({info.nbytes:,} bytes)")
-        spill.flush()
-        self._spill, self._which = spill, (at, length)
-        return spill
 
     def close(self) -> None:
-        if self._spill is not None and self._pid == os.getpid():
-            self._spill.close()
-        self._spill, self._which = None, None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+        self.spill.close()

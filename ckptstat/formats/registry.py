@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Checkpoint, TensorInfo, files, urls
+from ..core.archive_magic import archive_kind
 from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped, size_of
 from ..core.limits import limits
-from ..core.tar import archive_kind
 from ..core.tensor_table import TensorTable
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 from . import folders

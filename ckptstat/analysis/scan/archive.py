@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import lzma
 import os
+import pickletools
 import posixpath
 import shutil
 import stat
@@ -39,21 +40,25 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from functools import partial
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
+from ...core.archive_magic import ZIP_STARTS, archive_kind, codec, unopened
 from ...core.io import Window, pread
 from ...core.limits import limits
-from ...core.tar import MAX_TAR_MEMBERS, ZIP_STARTS, TarHeaderBound, archive_kind, bounded_tarinfo, codec, unopened
+from ...core.tar import MAX_TAR_MEMBERS, TarHeaderBound, bounded_tarinfo
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError
 from ...formats.dcp.extensions import available as zstd_available
+from ...formats.gguf import MAGIC as GGUF
 from ...formats.nemo import CONFIG as NEMO_CONFIG
-from .loaders import gzip_unnamed
+from ...formats.numpy_npy import MAGIC as NPY
+from .compressed import kind as compressed_kind
+from .loaders import HDF5_SIGNATURE, gzip_unnamed
 from .names import pickle_named, read_as_text
 from .nemo import Extractor, Inflating, extraction, judge_nemo
 from .serving import MAR_MANIFEST, SERVING_FILES, serving_code
 from .torch_load import Trace, report
-from .verdict import RANK
+from .verdict import RANK, raises
 
 LOADER = "extracting it (tar / unzip) and loading what it holds"
 MAX_NESTING = 2                 # an archive inside an archive inside an archive: unknown
@@ -80,7 +85,7 @@ _nesting = threading.local()   # archives being judged, one inside another, in t
 def also_archive(r: dict[str, Any]) -> bool:
     """Whether a file its loaders judged (`r`) may also be an archive users extract: torch.load does not read it (it
     raises, or the file is another loader's: a zipped folder holding a Keras config and weights, and a pickle beside)."""
-    return not r["torch_load"] or r["torch_load"].startswith(("torch.load raises", "not torch.load's"))
+    return not r["torch_load"] or raises(r) or r["torch_load"].startswith("not torch.load's")
 
 
 def worse(r: dict[str, Any], archive: dict[str, Any] | None) -> dict[str, Any]:
@@ -125,6 +130,13 @@ def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _Deferred(NamedTuple):
+    """A member kept aside, unwritten: how to write it, its size, its first bytes."""
+    write: Callable[[str], None]
+    size: int
+    head: bytes
+
+
 class _Out:
     """The members written so far into the temporary folder, within the bounds."""
 
@@ -134,12 +146,10 @@ class _Out:
         # all point at one deflated member, each inflating to 64 MiB, would otherwise write spill_bytes of copies)
         bound = limits()
         self.cap = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor)
-        self.files: list[tuple[str, str]] = []                   # (the member's name as shown, the file written)
-        self.written: dict[str, str] = {}                        # member path -> the file written
-        self.deferred: dict[str, Callable[[str], None]] = {}     # a member not worth judging -> how to write it...
-        self.links: list[tuple[str, str]] = []                   # (link member, the member it points to)
-        self.deferred_sizes: dict[str, int] = {}                 # ...its size and its first bytes
-        self.deferred_heads: dict[str, bytes] = {}
+        self.files: list[tuple[str, str, str]] = []   # (the member's name as shown, the file written, its folder)
+        self.written: dict[str, str] = {}              # member path -> the file written
+        self.deferred: dict[str, _Deferred] = {}       # a member not worth judging (yet) -> how to write it
+        self.links: list[tuple[str, str]] = []         # (link member, the member it points to)
         self.bytes = 0
         self.full = False
         self.nemo = False   # a member is NeMo's model_config.yaml
@@ -161,13 +171,14 @@ class _Out:
         k = 0   # a member whose name an earlier one holds goes to a folder of its own: each is judged (tar and unzip
         while _taken(os.path.join(self.tmp, str(k)), norm):   # keep the last, `tar --keep-old-files` the first)
             k += 1
-        dest = os.path.join(self.tmp, str(k), *norm.split("/"))
+        root = os.path.join(self.tmp, str(k))
+        dest = os.path.join(root, *norm.split("/"))
         try:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
         except (OSError, ValueError) as e:
             self.t.notes.append(f"{name[:120]!r}: cannot be written here to be judged ({e})")
             return None
-        self.files.append((norm if k == 0 else f"{norm} (#{k + 1} of that name)", dest))
+        self.files.append((norm if k == 0 else f"{norm} (#{k + 1} of that name)", dest, root + os.sep))
         self.written[norm] = dest
         self.bytes += size
         return dest
@@ -180,7 +191,7 @@ class _Out:
         if norm is None:
             return
         if not worth_judging(norm, head):
-            self.deferred[norm], self.deferred_sizes[norm], self.deferred_heads[norm] = write, size, head
+            self.deferred[norm] = _Deferred(write, size, head)
             return
         dest = self.target(name, size)
         if dest is not None:
@@ -199,19 +210,17 @@ class _Out:
         """Each link inside the archive as a copy of what it points to (extraction makes the link; a loader given its
         name reads those bytes), so a pickle stored as `a.safetensors` behind a link `a.pth` is judged as `a.pth`."""
         for name, resolved in self.links:
-            src = self.written.get(resolved)
-            size = os.path.getsize(src) if src else self.deferred_sizes.get(resolved, -1)
-            if size < 0 or not (src or worth_judging(_norm(name) or "", self.deferred_heads[resolved])):
+            src, kept = self.written.get(resolved), self.deferred.get(resolved)
+            if not (src or kept and worth_judging(_norm(name) or "", kept.head)):
                 continue
-            dest = self.target(name, 0 if src else size)
+            dest = self.target(name, 0 if src or not kept else kept.size)
             if dest is None:
                 continue
             if src:   # (a link, as extraction makes one: no bytes copied, however many links point there)
                 self.write(name, dest, partial(self._link, name, src))
-            else:
-                self.write(name, dest, self.deferred[resolved])
+            elif kept:
+                self.write(name, dest, kept.write)
                 self.written[resolved] = dest
-
 
     def _link(self, name: str, src: str, dest: str) -> None:
         """`dest` as a hard link to `src`; a copy, counted in the bound, on a file system without hard links."""
@@ -222,18 +231,17 @@ class _Out:
             if size > self.cap - self.bytes:
                 self.t.unknown.append(f"{name[:120]!r}: {size:,} bytes to copy (no hard links here), past the "
                                       f"{self.cap:,} scan writes out of this archive")
-                self.files = [(r, d) for r, d in self.files if d != dest]
+                self.files = [f for f in self.files if f[1] != dest]
                 return
             self.bytes += size
             shutil.copyfile(src, dest)
 
 
 HEAD = 4096   # a member's first bytes looked at (HDF5's signature may sit at 512, 1024 or 2048, after a user block)
-# First bytes of a pickle that pickle.load (torch.load's legacy path) runs past without raising, so a global may follow:
-# PROTO, GLOBAL and INST (which imports before it looks for its mark), MARK, and every opcode that pushes a value.
-_PICKLE_STARTS = frozenset(b"ci(\x80IJKML\x8a\x8bSTUVX\x8c\x8dBC\x8e\x96N\x88\x89FG]})\x8f\x95")
-_MAGICS = (b"\x93NUMPY", b"GGUF", b"ZF", b"\x04\x22\x4d\x18")   # npy, GGUF, joblib's, lz4 (archive_kind: the others)
-_HDF5 = b"\x89HDF\r\n\x1a\n"
+# First bytes of a pickle that pickle.load (torch.load's legacy path) may run past without raising, so a global may
+# follow: every opcode that takes nothing from the stack (PROTO, GLOBAL, MARK, the values it pushes...), as pickletools
+# describes them, and INST, which imports before it looks for its mark.
+_PICKLE_STARTS = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes if not op.stack_before) | {ord("i")}
 _PNG = b"\x89PNG\r\n\x1a\n"   # NEWFALSE then PERSID, which pickle.load refuses with no persistent_load: no import
 
 
@@ -247,8 +255,8 @@ def worth_judging(norm: str, head: bytes) -> bool:
         return True
     if low.endswith(".safetensors") or not head or head.startswith(_PNG):
         return False
-    return archive_kind(head) is not None or head.startswith(_MAGICS) or head[0] in _PICKLE_STARTS or \
-        any(head[at:at + 8] == _HDF5 for at in (0, 512, 1024, 2048))
+    return archive_kind(head) is not None or compressed_kind(head) is not None or head.startswith((NPY, GGUF)) or \
+        head[0] in _PICKLE_STARTS or any(head[at:at + 8] == HDF5_SIGNATURE for at in (0, 512, 1024, 2048))
 
 
 def _norm(name: str) -> str | None:
@@ -337,7 +345,7 @@ def _stream(t: Trace, path: str, view: IO[bytes], size: int, compressed: str, tm
         _copy(_at(view, 0), dest, cap + 1)
         if os.path.getsize(dest) > cap:   # (judged no further)
             os.unlink(dest)
-            out.files = [(r, d) for r, d in out.files if d != dest]
+            out.files = [f for f in out.files if f[1] != dest]
             t.unknown.append(f"{name[:120]!r}: more than the {cap:,} bytes scan writes out of this archive "
                              "(spill_bytes, and inflate_ratio x its size + expansion_floor: --limit NAME=N)")
     try:
@@ -415,13 +423,13 @@ def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
                        "(*.safetensors) or their first bytes (images, text)")
     members: list[dict[str, Any]] = []
     reports: list[tuple[str, dict[str, Any]]] = []
-    for rel, dest in out.files:
+    for rel, dest, root in out.files:
         found = judge(rel, dest)
         if found is None:
             continue
         kind, value = found
         if kind == "report":
-            r = _unspill(value, dest[:len(dest) - len(rel.split(" (#")[0])])
+            r = _unspill(value, root)
             reports.append((rel, r))
             members.append({"path": rel, "status": r["status"], "format": r["format"], "verdict": r["verdict"]})
         else:

@@ -20,8 +20,8 @@ import lzma
 import zlib
 from typing import IO, Any
 
+from ...core.archive_magic import codec
 from ...core.limits import limits
-from ...formats.dcp.extensions import ZSTD_MAGIC
 from ...formats.dcp.extensions import available as zstd_available
 from ...formats.torch.streams import FileWindow, Source
 from .joblib_arrays import reach, safe_verdict, walk_joblib
@@ -43,18 +43,13 @@ def kind(head: bytes) -> str | None:
     compressor.py's prefixes; zlib by its RFC 1950 header: deflate, and the check bits), or None."""
     if head[:2] == b"ZF":
         return COMPAT_NAME
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if head[:3] == b"BZh":
-        return "bz2"
-    if head[:6] == b"\xfd7zXZ\x00":
-        return "xz"
+    common = codec(head)   # gzip, bz2, xz, zstd (core/archive_magic.py)
+    if common is not None:
+        return common
     if head[:2] == b"\x5d\x00":
         return "lzma"
     if head[:4] == LZ4:
         return "lz4"
-    if head[:4] == ZSTD_MAGIC:
-        return "zstd"
     if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
         return "zlib"
     return None

@@ -46,9 +46,9 @@ import zipfile
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ...core.archive_magic import codec
 from ...core.files import open_regular
 from ...core.io import prefetch
-from ...core.tar import codec
 from ...core.urls import file_name
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp

@@ -24,10 +24,10 @@ import io
 import tempfile
 from typing import IO, Any
 
+from ...core.archive_magic import archive_kind
 from ...core.files import open_regular, size_of
 from ...core.io import SeekableReader, pread, prefetch
 from ...core.limits import limits
-from ...core.tar import archive_kind
 from ...core.urls import basename, redact
 from ...errors import CheckpointError, CorruptCheckpointError, reading
 from .archive import LOADER as ARCHIVE_LOADER

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ...core.archive_magic import ZSTD_MAGIC
 from ...core.io import Window, pread
 from ...core.limits import limits
 from ...core.tensor import check_inflation
@@ -30,7 +31,6 @@ KNOWN_EXTENSIONS = {"stream.zstd": "zstd compression, torch's ZStandard extensio
 DESCRIPTOR = "stream.zstd/1"           # ZStandard.get_descriptor(): registry name / version
 ZIP_ALLOWANCE = 64 << 10               # a torch.save zip's bytes beside its one storage: data.pkl, byteorder, version,
                                        # serialization_id, local headers, the central directory, 64-byte alignment
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"           # RFC 8878 3.1.1 Magic_Number 0xFD2FB528
 _BLOCK = 3                             # a block header's bytes (RFC 8878 3.1.1.2)
 _OUT = 1 << 20                         # bytes decompressed at a time
 
