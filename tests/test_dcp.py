@@ -3,6 +3,7 @@ fixtures/make_dcp.py wrote with torch's own `dcp.save` (a 2-rank gloo group of D
 Every expected count, shape, dtype and value comes from torch reading the same folder."""
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -73,8 +74,8 @@ def _json(v: object) -> object:
 
 @pytest.mark.parametrize("name", FOLDERS)
 def test_non_tensor_items_equal_dcp_loads(name):
-    """BytesStorageMetadata items: each listed with its stored size; a plain value equal to dcp.load's, one that
-    names a global outside torch's allowlist (argparse.Namespace) left unread, the global named."""
+    """BytesStorageMetadata items: each listed with its stored size; a plain value equal to dcp.load's, an
+    argparse.Namespace (outside torch's allowlist: training scripts' plain data) as its attributes."""
     folder = fixture("dcp", name)
     meta = dcp.FileSystemReader(folder).read_metadata()
     want = _objects(folder)
@@ -86,6 +87,8 @@ def test_non_tensor_items_equal_dcp_loads(name):
         assert o["bytes"] == sizes[fqn], fqn
         if isinstance(v, (int, float, str, list, tuple, type(None))):
             assert o["value"] == _json(v) and o["type"] == type(v).__name__, fqn
+        elif isinstance(v, argparse.Namespace):
+            assert o["value"] == _json(vars(v)) and o["type"] == "Namespace", fqn
         else:
             assert "value" not in o and f"'{type(v).__module__}.{type(v).__name__}'" in o["unread"], fqn
 

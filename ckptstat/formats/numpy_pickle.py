@@ -173,12 +173,11 @@ class _NumpyUnpickler(RecordingUnpickler):
         self._span(struct.unpack("<Q", self.read(8))[0])
 
     def load_build(self) -> None:
-        state = self.stack.pop()
-        target = self.stack[-1]
+        target = self.stack[-2] if len(self.stack) > 1 else None
         if isinstance(target, Record) and target.kind.startswith("dtype:"):
-            target.state = (target.kind[len("dtype:"):], state)
-        elif isinstance(target, Record) and target.state is None:
-            target.state = state
+            target.state = (target.kind[len("dtype:"):], self.stack.pop())
+        else:
+            super().load_build()
 
 
 _NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,

@@ -294,7 +294,7 @@ def _dcp_items(t: Trace) -> None:
         items = dcp.object_items(t.path)
     except CkptstatError:
         return
-    from ...formats.dcp.objects import MAX_OBJECTS
+    from ...formats.torch.values import MAX_OBJECTS
 
     if len(items) > MAX_OBJECTS:
         t.unknown.append(f"{len(items):,} non-tensor items: scan traces the first {MAX_OBJECTS:,}")

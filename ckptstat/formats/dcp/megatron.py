@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ...core import Checkpoint, TensorInfo
 from ...core.files import file_size, open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
-from .objects import MAX_OBJECTS, MAX_VALUE_DEPTH, _inert, _NotInert
+from ..torch.values import MAX_OBJECTS, flat, row
 
 LIBRARY = "Megatron-Core dist_checkpointing"   # the training line's library
 CONFIG = "metadata.json"        # megatron/core/dist_checkpointing/core.py CONFIG_FNAME
@@ -53,26 +53,12 @@ def config_of(folder: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("sharded_backend"), str) else None
 
 
-def _flat(prefix: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    """(dotted name, leaf) of the common state, dicts and lists flattened as Megatron's load merges them back into
-    the state dict (and as DCP flattens its own items: `optimizer.param_groups.0.lr`)."""
-    if depth < MAX_VALUE_DEPTH and isinstance(value, dict) and all(isinstance(k, (str, int)) for k in value):
-        for k, v in value.items():
-            yield from _flat(f"{prefix}.{k}" if prefix else str(k), v, depth + 1)
-    elif depth < MAX_VALUE_DEPTH and isinstance(value, (list, tuple)) and value and \
-            all(isinstance(v, (dict, list, tuple)) for v in value):
-        for i, v in enumerate(value):
-            yield from _flat(f"{prefix}.{i}", v, depth + 1)
-    else:
-        yield prefix, value
-
-
 def common_objects(folder: str) -> dict[str, dict[str, Any]]:
     """The non-sharded state in `common.pt`, by dotted name (JSON: `file`, `type`, `value`, or `unread` saying why),
-    unpickled with the torch reader's restricted unpickler (nothing imported or called). A pickle naming a global
-    outside torch's weights_only allowlist (Megatron-LM's `args`, an argparse.Namespace) is left unread, the global
-    named: Megatron's own load torch.loads it with torch's default, weights_only=True since torch 2.6, and refuses it
-    too (`ckptstat scan` judges the file)."""
+    unpickled with the torch reader's restricted unpickler (nothing imported or called). Megatron-LM's `args`, an
+    argparse.Namespace outside torch's weights_only allowlist, is read as the attributes it holds (`args.lr`:
+    formats/torch/data_classes.py); a pickle calling any other such global is left unread, the global named
+    (`ckptstat scan` judges the file)."""
     path = os.path.join(folder, COMMON)
     if not os.path.isfile(path):
         return {}
@@ -88,17 +74,10 @@ def common_objects(folder: str) -> dict[str, dict[str, Any]]:
     except CheckpointError as e:
         return {COMMON: {**base, "unread": f"not read: {e.reason}"}}
     out: dict[str, dict[str, Any]] = {}
-    for name, leaf in _flat("", contents.obj):
+    for name, leaf in flat("", contents.obj):
         if len(out) >= MAX_OBJECTS:
             break
-        row: dict[str, Any] = {"file": COMMON}
-        try:
-            row["value"] = _inert(leaf)
-            row["type"] = type(leaf).__name__
-        except _NotInert as e:
-            row["type"] = str(e)
-            row["unread"] = "not plain data (a tensor, or a class torch's allowlist stubs): not shown"
-        out[name or COMMON] = row
+        out[name or COMMON] = row(COMMON, leaf)
     return out
 
 

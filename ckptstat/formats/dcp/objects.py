@@ -24,42 +24,14 @@ from ...core.files import open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import number
-from ..torch.unpickler import INT_TEXT_BITS, int_text, key_text
+from ..torch.values import MAX_OBJECTS, row
 from . import extensions
 from .extensions import Item, extensions_text
 
 LIBRARY = "torch.distributed.checkpoint"
-MAX_OBJECTS = 10_000     # non-tensor items unpickled per checkpoint (an optimizer's param_groups: 12 a group); the
-                         # rest are listed unread: a metadata pickle may name a million items, each a zip to parse
-MAX_VALUE_ITEMS = 64     # items of a list / dict value kept; a bigger one is described, not kept
-MAX_VALUE_DEPTH = 4
-MAX_TEXT = 200           # characters of a string value kept
-
-
-class _NotInert(Exception):
-    pass
-
-
-def _inert(v: Any, depth: int = 0) -> Any:
-    """`v` as a JSON-able value when it is plain data, small enough to show; else _NotInert."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > INT_TEXT_BITS:
-        return int_text(v)   # (str() and json.dumps refuse it)
-    if v is None or isinstance(v, (bool, int, float)):
-        return v
-    if isinstance(v, str):
-        return v if len(v) <= MAX_TEXT else v[:MAX_TEXT] + "..."
-    if isinstance(v, (bytes, bytearray)):
-        return f"<{len(v):,} bytes>"
-    if depth < MAX_VALUE_DEPTH and isinstance(v, (list, tuple)) and len(v) <= MAX_VALUE_ITEMS:
-        return [_inert(x, depth + 1) for x in v]
-    if depth < MAX_VALUE_DEPTH and isinstance(v, dict) and len(v) <= MAX_VALUE_ITEMS \
-            and all(isinstance(k, (str, int)) for k in v):
-        return {key_text(k): _inert(x, depth + 1) for k, x in v.items()}
-    raise _NotInert(type(v).__name__)
 
 
 def _object(fqn: str, item: Item, f: Any) -> dict[str, Any]:
-
     out: dict[str, Any] = {"bytes": item.length, "file": os.path.basename(item.file), "offset": item.offset}
     if item.extensions and not extensions.decodable(item):
         out["unread"] = f"stored through DCP stream extension {extensions_text(item.extensions)}, not decoded"
@@ -79,13 +51,7 @@ def _object(fqn: str, item: Item, f: Any) -> dict[str, Any]:
         if e.reason.startswith("non-tensor item"):
             raise
         raise CheckpointError(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}: {e.reason}") from None
-    try:
-        out["value"] = _inert(contents.obj)
-        out["type"] = type(contents.obj).__name__
-    except _NotInert as e:
-        out["type"] = str(e)
-        out["unread"] = "not plain data (tensors, or a class torch's allowlist stubs): not shown"
-    return out
+    return {**out, **row(out["file"], contents.obj)}
 
 
 def read_objects(items: dict[str, Item]) -> dict[str, dict[str, Any]]:

@@ -137,6 +137,21 @@ class Refused(Exception):
     CorruptCheckpointError naming the file and the pickle record."""
 
 
+class Forbidden(Exception):
+    """The pickle calls or builds a global that is neither in torch's allowlist nor plain data the reader knows
+    (its argument: the global's name); the unpickler turns it into an UnsafeCheckpointError."""
+
+
+@dataclass(frozen=True)
+class Named:
+    """A global the pickle names but has not called: inert as long as nothing calls it (omegaconf's metadata names
+    a structured config's dataclass as a type). Calling or building it is Forbidden."""
+    name: str
+
+    def __call__(self, *args: object) -> NoReturn:   # REDUCE, INST, OBJ
+        raise Forbidden(self.name)
+
+
 # ---------------------------------------------------------------------------------------------
 # What the stubs build.
 

@@ -12,8 +12,10 @@ from ...errors import CheckpointError, CorruptCheckpointError, reading
 from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
+from .data_classes import data_note
 from .training import torch_training, zero_fragments
 from .unpickler import SafeUnpickler, int_text, key_text, walk
+from .values import data_objects
 from .zipstream import ZipStreamReader
 
 _View = tuple[int, tuple[int, ...], tuple[int, ...] | None]   # storage offset, shape, stride (None: contiguous)
@@ -79,11 +81,13 @@ def _scalars(obj: object) -> dict[str, str]:
 def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     """The Checkpoint of a torch.save container's contents (a file, or a member of an archive: formats/nemo.py)."""
     tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes)), c.records, c.byteorder)
+    if c.data_globals:
+        notes.append(data_note(c.data_globals))
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
-                      ordered=True,
-                      optimizer_fragments=zero_fragments(c.obj))
+                      ordered=True, optimizer_fragments=zero_fragments(c.obj),
+                      objects=data_objects(c.obj, path) if c.data_globals else {})
 
 
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:

@@ -17,7 +17,19 @@ from typing import IO, Any
 
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError, UnsafeCheckpointError, reading
-from .allowlist import Refused, StorageRef, StorageType, TensorRef, is_allowed, stub_for
+from .allowlist import (
+    DENIED_MODULES,
+    Forbidden,
+    Named,
+    Refused,
+    StorageRef,
+    StorageType,
+    TensorRef,
+    is_allowed,
+    stub_for,
+    weights_only_name,
+)
+from .data_classes import TABLE, DataGlobal, Filled
 
 # Limits on what a pickle may build (the file is untrusted).
 MAX_OPS = 4_000_000        # opcodes in one pickle, or its byte count if more (each opcode is a byte at least)
@@ -107,7 +119,9 @@ def guarded(op: _Op, sized: bool, cost: int = 0) -> _Op:
 
 
 class SafeUnpickler(pickle._Unpickler):
-    """Unpickles against torch's weights_only allowlist, with recording stubs (see module doc).
+    """Unpickles against torch's weights_only allowlist, with recording stubs (see module doc), and the plain data
+    training scripts save beside their tensors (data_classes.py: argparse.Namespace, numpy scalars, omegaconf
+    configs...), built as the values they hold and counted in `data_globals`.
     Reads at most `limit` bytes of `file` (default: what is left of it)."""
 
     # pickle._Unpickler's working state, which typeshed does not declare.
@@ -139,6 +153,8 @@ class SafeUnpickler(pickle._Unpickler):
         # 3.85 GB of bytearray copies).
         self.built = 0
         self.max_built = limits().pickle_build_ratio * self.stream.limit + BUILD_FLOOR
+        self.data_globals: set[str] = set()   # data_classes.TABLE's globals the pickle named
+        self.named: set[str] = set()          # other globals it named (refused if called: allowlist.Named)
 
     def over_budget(self) -> None:
         raise Refused(f"pickle's opcodes and calls build more than {self.max_built:,} bytes of objects from "
@@ -161,11 +177,22 @@ class SafeUnpickler(pickle._Unpickler):
 
     def find_class(self, module: str, name: str) -> object:
         full = f"{module}.{name}"
-        if not is_allowed(full):
-            raise UnsafeCheckpointError(
-                self.path, f"{self.record} references global {full!r}, which is outside torch's weights_only "
-                "allowlist; refusing to load it (nothing was executed; `ckptstat scan` lists every global)")
-        return stub_for(full)
+        if is_allowed(full):
+            return stub_for(full)
+        mapped = weights_only_name(module, name)
+        data = TABLE.get(".".join(mapped))
+        if data is not None:
+            self.data_globals.add(data.name)
+            return data
+        if mapped[0].split(".")[0] in DENIED_MODULES:   # torch refuses these whatever a user allows
+            raise UnsafeCheckpointError(self.path, self.refusal(full))
+        self.named.add(full)
+        return Named(full)
+
+    def refusal(self, full: str) -> str:
+        return (f"{self.record} references global {full!r}, which is outside torch's weights_only allowlist and "
+                "is no training script's plain data ckptstat reads; refusing to load it (nothing was executed; "
+                "`ckptstat scan` lists every global)")
 
     def persistent_load(self, pid: object) -> StorageRef:
         # zip: ('storage', type, key, location, numel); legacy adds view_metadata (docs/formats.md 2, 3)
@@ -185,18 +212,25 @@ class SafeUnpickler(pickle._Unpickler):
             return StorageRef(key, ref.dtype, ref.numel, view[1])
         return ref
 
-    # BUILD would set attributes on whatever is on the stack; nothing here needs them (torch uses it
-    # for OrderedDict._metadata), so the state is dropped.
+    # BUILD sets attributes on whatever is on the stack: a data class's (data_classes.py) become its value; nothing
+    # else here needs them (torch uses it for OrderedDict._metadata), so the state is dropped.
     def load_build(self) -> None:
-        self.stack.pop()
+        state = self.stack.pop()
+        if self.stack and isinstance(self.stack[-1], Filled):
+            self.stack[-1].build(state)
 
-    # NEWOBJ calls cls.__new__: only the two allowlisted dict classes may be built that way.
+    # NEWOBJ calls cls.__new__: only the two allowlisted dict classes and the data classes may be built that way.
     def load_newobj(self) -> None:
         args = self.stack.pop()
         cls = self.stack.pop()
-        if cls not in (OrderedDict, Counter):
-            raise Refused("NEWOBJ on a non-dict class")
-        self.append(cls.__new__(cls, *args))
+        if isinstance(cls, Named):
+            raise Forbidden(cls.name)
+        if isinstance(cls, DataGlobal) and isinstance(args, tuple):
+            self.append(cls.built(args))
+        elif cls in (OrderedDict, Counter):
+            self.append(cls.__new__(cls, *args))
+        else:
+            raise Refused("NEWOBJ on a class that is neither a dict nor a training script's plain data")
         self.account(self.stack[-1])
 
     def load_newobj_ex(self) -> None:
@@ -253,24 +287,28 @@ class RecordingUnpickler(SafeUnpickler):
             return ("recorded class", name)
         if full in self.CALLS:
             return self.CALLS[full]
-        if not is_allowed(full):
-            raise UnsafeCheckpointError(
-                self.path, f"{self.record} references global {full!r}, which is neither {self.WHAT} nor in "
-                "torch's weights_only allowlist; refusing to load it (nothing was executed)")
-        return stub_for(full)
+        return super().find_class(module, name)
+
+    def refusal(self, full: str) -> str:
+        return (f"{self.record} references global {full!r}, which is neither {self.WHAT} nor in torch's weights_only "
+                "allowlist nor a training script's plain data ckptstat reads; refusing to load it (nothing was executed)")
 
     def load_newobj(self) -> None:
-        self.stack.pop()
-        cls = self.stack.pop()
+        cls = self.stack[-2]
         if not (isinstance(cls, tuple) and len(cls) == 2 and cls[0] == "recorded class"):
-            raise Refused(f"NEWOBJ on a class that is not {self.WHAT}")
+            super().load_newobj()
+            return
+        del self.stack[-2:]
         self.append(Record(cls[1]))
         self.account(self.stack[-1])
 
     def load_build(self) -> None:
+        target = self.stack[-2] if len(self.stack) > 1 else None
+        if not isinstance(target, Record):
+            super().load_build()
+            return
         state = self.stack.pop()
-        target = self.stack[-1]
-        if isinstance(target, Record) and target.state is None:
+        if target.state is None:
             target.state = state
 
 
@@ -287,11 +325,33 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
     with reading(path, f"{record}: malformed pickle"):
         u = unpickler(file, path, record, storages, limit)
         try:
-            return u.load(), u
+            obj = u.load()
+            if u.named or u.data_globals:   # a global only named (a type, a class never built) is kept only
+                left = _named_in(obj)       # where a data class drops it (omegaconf's metadata)
+                if left is not None:
+                    raise Forbidden(left)
+            return obj, u
         except Refused as e:
             raise CorruptCheckpointError(path, f"{record}: {e}") from None
+        except Forbidden as e:
+            raise UnsafeCheckpointError(path, u.refusal(str(e))) from None
         except RecursionError:
             raise CorruptCheckpointError(path, f"{record}: pickle nests too deeply") from None
+
+
+def _named_in(obj: object) -> str | None:
+    """The first global `obj` holds as itself (an allowlist.Named, or a data class that was not built: torch refuses
+    both), each container visited once."""
+    seen: set[int] = set()
+    todo = [obj]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, (Named, DataGlobal)):
+            return o.name
+        if isinstance(o, (dict, list, tuple, set, frozenset)) and id(o) not in seen:
+            seen.add(id(o))
+            todo.extend(o.items() if isinstance(o, dict) else o)   # (a dict's (key, value) pairs: tuples)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,255 @@
+"""Plain data that training scripts save beside their tensors under globals outside torch's weights_only allowlist,
+and the value the torch reader makes of each without importing anything (docs/torch.md, "Training scripts' data").
+
+torch.load(weights_only=True) refuses such a file, naming the global, and its error tells the user to name it in
+`torch.serialization.safe_globals` (or `add_safe_globals`); torch then builds it as pickle would
+(torch/_weights_only_unpickler.py: NEWOBJ `cls.__new__(cls, *args)`, BUILD `__setstate__` or `__dict__.update`,
+REDUCE a call). The reader builds the plain value each holds instead, and nothing the pickle names is imported or
+called:
+
+- `argparse.Namespace` (timm's train.py `args`, fairseq before 0.10, Megatron-LM's `args`): NEWOBJ, then BUILD with
+  its attributes: a dict of them (`Attributes`).
+- omegaconf's `DictConfig` and `ListConfig` and their value nodes (omegaconf/base.py `Container.__getstate__`: NEWOBJ,
+  then BUILD with the `__dict__`: `_content`, `_metadata`, `_parent`), the `ContainerMetadata` / `Metadata` they carry,
+  the types those name (`typing.Any`, `builtins.dict`...) and the `collections.defaultdict(dict)` of their resolver
+  cache (Lightning's `hyper_parameters` under Hydra, NeMo's `.ckpt`, fairseq's `cfg` from 0.10): a dict / list of the
+  nodes' values. A structured config's metadata names the user's dataclass and `typing` generics only as types,
+  which the metadata drops (unpickler.py keeps any global named, never called, as allowlist.Named); an enum value
+  (EnumNode) calls the user's enum class: refused, as torch refuses it.
+- numpy scalars (`numpy._core.multiarray.scalar(dtype, bytes)`; numpy < 2 spells it `numpy.core`), with
+  `numpy.dtype(code, align, copy)` and BUILD of its (version, byteorder, ...) state: the number.
+- numpy arrays (`_reconstruct(numpy.ndarray, (0,), b'b')`, then BUILD `(1, shape, dtype, fortran, data)`; protocol
+  5's `_frombuffer(buffer, dtype, shape, order)`): `np.random.get_state()` in Megatron's rng state, metric arrays: a
+  `NumpyArray` (its shape and dtype), never one of the checkpoint's tensors (torch.load gives an ndarray, which
+  `load_state_dict` refuses).
+- `pathlib` paths (REDUCE of the class with its parts): the path's text.
+- `torch.torch_version.TorchVersion` (`torch.__version__`, a str subclass: NEWOBJ with its text): the text.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+
+from ...core import dtypes
+from .allowlist import Refused
+
+_NUMPY = ("numpy._core", "numpy.core")
+
+
+class DataGlobal:
+    """A global of the table: what NEWOBJ (`new`) or REDUCE (`call`) of it builds; neither for a type the pickle only
+    names as a value (omegaconf's metadata: `typing.Any`, `builtins.dict`)."""
+
+    def __init__(self, name: str, new: Callable[..., Any] | None = None, call: Callable[..., Any] | None = None):
+        self.name, self.new, self.call = name, new, call
+
+    def __call__(self, *args: Any) -> Any:   # REDUCE
+        if self.call is None:
+            raise Refused(f"REDUCE calls {self.name}, which its pickles never call")
+        return self.call(*args)
+
+    def built(self, args: tuple[Any, ...]) -> Any:   # NEWOBJ
+        if self.new is None:
+            raise Refused(f"NEWOBJ builds {self.name}, which its pickles never build")
+        return self.new(*args)
+
+
+class Filled:
+    """What NEWOBJ built, given its state by BUILD."""
+
+    def build(self, state: Any) -> None:
+        raise NotImplementedError
+
+
+def _dict_state(state: Any, what: str) -> dict[Any, Any]:
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):   # (__dict__, slots)
+        state = state[0]
+    if not isinstance(state, dict):
+        raise Refused(f"BUILD gives {what} a {type(state).__name__}, not its attributes")
+    return state
+
+
+class Attributes(dict[Any, Any], Filled):
+    """An argparse.Namespace: its attributes."""
+    shown = "Namespace"
+
+    def build(self, state: Any) -> None:
+        self.update(_dict_state(state, "an argparse.Namespace"))
+
+
+class _Node(Filled):
+    """An omegaconf value node (AnyNode, IntegerNode...): `_val`; a UnionNode: the node in its `_content`."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def build(self, state: Any) -> None:
+        state = _dict_state(state, "an omegaconf node")
+        self.value = state["_val"] if "_val" in state else _value(state.get("_content"))
+
+
+def _value(v: Any) -> Any:
+    return v.value if isinstance(v, _Node) else v
+
+
+class Config(dict[Any, Any], Filled):
+    """An omegaconf DictConfig: its keys and their values. A config that is None, missing (`???`) or an
+    interpolation (`${...}`) holds that in `_content` instead of a dict: kept as `content`."""
+    shown = "DictConfig"
+    content: Any = None
+
+    def build(self, state: Any) -> None:
+        content = _dict_state(state, "an omegaconf DictConfig").get("_content")
+        if isinstance(content, dict):
+            self.update({k: _value(v) for k, v in content.items()})
+        else:
+            self.content = content
+
+
+class ConfigList(list[Any], Filled):
+    """An omegaconf ListConfig: its items' values."""
+    shown = "ListConfig"
+    content: Any = None
+
+    def build(self, state: Any) -> None:
+        content = _dict_state(state, "an omegaconf ListConfig").get("_content")
+        if isinstance(content, list):
+            self.extend(_value(v) for v in content)
+        else:
+            self.content = content
+
+
+class _Ignored(Filled):
+    """omegaconf's metadata: which types a node holds, its flags; nothing a reader of the values needs."""
+
+    def build(self, state: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A value of a known class whose contents the reader does not decode (a numpy string scalar)."""
+    what: str
+
+
+class _DType(Filled):
+    """numpy.dtype(code, align, copy); BUILD gives its (version, byteorder, ...) state."""
+
+    def __init__(self, code: Any, *args: Any) -> None:
+        if not isinstance(code, str):
+            raise Refused(f"numpy.dtype of a {type(code).__name__}, not a type code")
+        self.code, self.order = code[:32], "|"
+
+    def build(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">", "|", "="):
+            self.order = state[1]
+
+    def known(self) -> str | None:
+        """The canonical dtype, when ckptstat reads this one."""
+        return dtypes.NUMPY_CODES.get(self.code)
+
+
+def _scalar(dtype: Any, data: Any = None) -> Any:
+    """numpy's scalar(dtype, bytes): the number."""
+    if not isinstance(dtype, _DType):
+        raise Refused(f"a numpy scalar of a {type(dtype).__name__}, not a numpy.dtype")
+    if dtype.known() is None:
+        return Unread(f"a numpy scalar of dtype {dtype.code}")
+    import numpy as np
+    dt = np.dtype(dtype.code).newbyteorder(">" if dtype.order == ">" else "<")
+    if not isinstance(data, (bytes, bytearray)) or len(data) != dt.itemsize:
+        raise Refused(f"a numpy {dtype.code} scalar of {len(data) if isinstance(data, (bytes, bytearray)) else 0} "
+                      f"bytes, not {dt.itemsize}")
+    return np.frombuffer(bytes(data), dt)[0].item()
+
+
+class NumpyArray(Filled):
+    """A numpy array's shape and dtype (its bytes, already in the pickle, are not kept): a value, not a tensor."""
+
+    def __init__(self, *args: Any) -> None:
+        self.shape: tuple[int, ...] = ()
+        self.dtype = ""
+
+    def build(self, state: Any) -> None:
+        if not (isinstance(state, tuple) and len(state) == 5):
+            raise Refused("a numpy array's state is not (version, shape, dtype, fortran, data)")
+        self.fill(state[1], state[2], state[4])
+
+    def fill(self, shape: Any, dtype: Any, data: Any) -> None:
+        if not (isinstance(shape, tuple) and len(shape) <= 64 and all(type(d) is int and d >= 0 for d in shape)):
+            raise Refused(f"a numpy array of shape {str(shape)[:64]}")
+        if not isinstance(dtype, _DType):
+            raise Refused(f"a numpy array of a {type(dtype).__name__}, not a numpy.dtype")
+        self.shape, self.dtype = shape, dtype.code
+        known = dtype.known()
+        if known is not None and isinstance(data, (bytes, bytearray)) and \
+                len(data) != dtypes.get(known).nbytes(math.prod(shape)):
+            raise Refused(f"a numpy array {list(shape)} {dtype.code} of {len(data):,} bytes")
+
+    def __repr__(self) -> str:
+        return f"numpy array {list(self.shape)} {self.dtype}"
+
+
+def _frombuffer(buffer: Any = b"", dtype: Any = None, shape: Any = (), order: Any = "C") -> NumpyArray:
+    a = NumpyArray()
+    a.fill(shape, dtype, buffer)
+    return a
+
+
+def _path(windows: bool) -> Callable[..., str]:
+    """A pathlib class's REDUCE with its parts (one, its text, from Python 3.12): the path's text."""
+    def build(*parts: Any) -> str:
+        if not all(isinstance(p, str) for p in parts):
+            raise Refused("a pathlib path of parts that are not text")
+        return str((PureWindowsPath if windows else PurePosixPath)(*parts))
+    return build
+
+
+def _text(value: Any = "") -> str:
+    if not isinstance(value, str):
+        raise Refused(f"torch.torch_version.TorchVersion of a {type(value).__name__}")
+    return str(value)
+
+
+def _defaultdict(factory: Any = None, *args: Any) -> dict[Any, Any]:
+    """collections.defaultdict(factory): omegaconf's resolver cache, `defaultdict(dict)`; its items follow."""
+    if factory is not None and not (isinstance(factory, DataGlobal) and factory.new is None and factory.call is None):
+        raise Refused("collections.defaultdict of a factory that is not a type")
+    return {}
+
+
+_OMEGACONF_NODES = ("nodes.AnyNode", "nodes.IntegerNode", "nodes.FloatNode", "nodes.StringNode", "nodes.BooleanNode",
+                    "nodes.BytesNode", "nodes.PathNode", "nodes.NoneNode", "nodes.EnumNode", "nodes.LiteralNode",
+                    "nodes.InterpolationResultNode", "base.UnionNode")
+_TYPES = ("typing.Any", *(f"builtins.{t}" for t in ("dict", "list", "tuple", "str", "int", "float", "bool",
+                                                      "bytes", "object")), "numpy.ndarray")
+
+TABLE: dict[str, DataGlobal] = {g.name: g for g in (
+    DataGlobal("argparse.Namespace", new=Attributes),
+    DataGlobal("omegaconf.dictconfig.DictConfig", new=Config),
+    DataGlobal("omegaconf.listconfig.ListConfig", new=ConfigList),
+    *(DataGlobal(f"omegaconf.{n}", new=_Node) for n in _OMEGACONF_NODES),
+    DataGlobal("omegaconf.base.ContainerMetadata", new=_Ignored),
+    DataGlobal("omegaconf.base.Metadata", new=_Ignored),
+    DataGlobal("collections.defaultdict", call=_defaultdict),
+    *(DataGlobal(t) for t in _TYPES),
+    DataGlobal("numpy.dtype", call=_DType),
+    *(DataGlobal(f"{m}.multiarray.scalar", call=_scalar) for m in _NUMPY),
+    *(DataGlobal(f"{m}.multiarray._reconstruct", call=NumpyArray) for m in _NUMPY),
+    *(DataGlobal(f"{m}.numeric._frombuffer", call=_frombuffer) for m in _NUMPY),
+    *(DataGlobal(f"{m}.{c}", call=_path("Windows" in c)) for m in ("pathlib", "pathlib._local")
+      for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")),
+    DataGlobal("torch.torch_version.TorchVersion", new=_text),
+)}
+
+
+def data_note(met: frozenset[str]) -> str:
+    """What the reader says of a pickle that named the data classes `met`."""
+    arrays = any(g.endswith(("._reconstruct", "._frombuffer")) for g in met)
+    return (f"the pickle names {len(met)} global(s) outside torch's weights_only allowlist, read as the plain data "
+            f"training scripts save, nothing imported: {', '.join(sorted(met))}; torch.load(weights_only=True) "
+            "refuses the file unless they are named in torch.serialization.safe_globals"
+            + ("; numpy arrays are values, not tensors" if arrays else "") + " (`ckptstat scan` judges it)")

@@ -1,0 +1,388 @@
+"""Training checkpoints whose pickles name plain-data classes outside torch's weights_only allowlist (timm's and
+fairseq's `args` Namespace, numpy scalars and arrays, omegaconf `hyper_parameters`, paths, torch.__version__):
+read as the data they hold, nothing imported (formats/torch/data_classes.py, docs/torch.md "Training scripts' data").
+
+Oracles: torch itself. `torch.serialization.get_unsafe_globals_in_checkpoint` lists the globals the file names
+outside its allowlist (the reader's note lists the same); `torch.load(weights_only=True)` refuses the file, and loads
+it once those classes are named in `torch.serialization.safe_globals`, as its error tells users to: the tensors,
+their values and the plain values are compared with what it gives back."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pathlib
+import pickle
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from ckptstat import CorruptCheckpointError, UnsafeCheckpointError, open_checkpoint
+from ckptstat.analysis.scan.torch_load import scan
+
+omegaconf = pytest.importorskip("omegaconf")
+OmegaConf = omegaconf.OmegaConf
+
+
+def _timm_args() -> argparse.Namespace:
+    """What timm's train.py saves as `args`: a parser's Namespace (a subset of its flags, as it parses them)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--amp", action="store_true")
+    p.add_argument("--mean", type=float, nargs=3, default=None)
+    p.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path("/data/imagenet"))
+    return p.parse_args(["--lr", "0.5", "--amp", "--mean", "0.485", "0.456", "0.406"])
+
+
+def _model() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    return m.state_dict()
+
+
+def _hydra_cfg():
+    return OmegaConf.create({"model": {"hidden": 64, "layers": [2, 2, 6], "act": "gelu", "ckpt": None},
+                             "optim": {"lr": 3e-4, "betas": [0.9, 0.95]}, "seed": 7, "out": "${model.act}",
+                             "todo": "???"})
+
+
+def _dtype_scalars() -> dict[str, object]:
+    return {str(t.__name__): t(3) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                              np.uint8, np.uint16, np.uint32, np.uint64, np.bool_, np.complex64,
+                                              np.complex128)}
+
+
+# name -> the object torch.save writes (each a layout real training code saves)
+CASES = {
+    # timm train.py CheckpointSaver: epoch, arch, state_dict, optimizer, version, args, metric
+    "timm": lambda: {"epoch": 12, "arch": "resnet50", "state_dict": _model(), "version": 2, "args": _timm_args(),
+                     "metric": np.float64(76.25)},
+    # fairseq < 0.10: args Namespace beside the model and extra_state
+    "fairseq": lambda: {"args": argparse.Namespace(arch="transformer", dropout=0.1, max_tokens=4096,
+                                                   data="/data/wmt16"),
+                        "model": _model(), "extra_state": {"epoch": 3, "best": np.float32(4.5)},
+                        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "num_updates": 100}]},
+    # Megatron-LM (torch format): args, iteration, rng_state with numpy's generator state (an array)
+    "megatron": lambda: {"args": argparse.Namespace(num_layers=2, hidden_size=4, params_dtype=torch.float16),
+                         "iteration": 1000, "model": _model(),
+                         "rng_state": [{"random_rng_state": None, "np_rng_state": np.random.RandomState(1).get_state(),
+                                        "torch_rng_state": torch.get_rng_state()}]},
+    # Lightning under Hydra: hyper_parameters holds the DictConfig save_hyperparameters() kept
+    "lightning-hydra": lambda: {"epoch": 4, "global_step": 40, "pytorch-lightning_version": "2.5.0",
+                                "state_dict": {f"model.{k}": v for k, v in _model().items()},
+                                "hyper_parameters": {"cfg": _hydra_cfg(), "lists": OmegaConf.create([1, {"a": 2}])}},
+    # numpy scalars of every dtype, torch.__version__, a path, a numpy array, saved beside the weights
+    "scalars": lambda: {"state_dict": _model(), "stats": _dtype_scalars(), "torch_version": torch.__version__,
+                        "out_dir": pathlib.PurePosixPath("/runs/exp1"), "class_counts": np.arange(10, dtype=np.int32)},
+}
+
+
+def _save(tmp_path, name: str, legacy: bool = False, protocol: int = 2) -> tuple[str, object]:
+    obj = CASES[name]()
+    tmp_path.mkdir(exist_ok=True)
+    path = str(tmp_path / f"{name}.pt")
+    torch.save(obj, path, _use_new_zipfile_serialization=not legacy, pickle_protocol=protocol)
+    return path, obj
+
+
+def _resolve(full: str) -> object:
+    module, _, attr = full.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _oracle(path: str, listed: str | None = None) -> tuple[list[str], object]:
+    """The globals torch names outside its allowlist (in `listed`, the same object saved as a zip, for a legacy file:
+    torch lists a zip's only), and what torch.load(weights_only=True) gives once the user allows them (numpy
+    dtypes' classes too: its BUILD asks for the type of the dtype object)."""
+    unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(listed or path)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(path, weights_only=True)
+    allowed = [_resolve(g) for g in unsafe]
+    allowed += [type(np.dtype(c)) for c in ("f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1",
+                                             "c8", "c16")]
+    with torch.serialization.safe_globals(allowed):
+        return unsafe, torch.load(path, weights_only=True)
+
+
+def _globals_outside_allowlist(path: str) -> list[str]:
+    """What get_unsafe_globals_in_checkpoint says, for pickles it cannot walk (frames, BINBYTES): the globals
+    torch.load(weights_only=False) looks up as it loads the test's own file, less torch's allowlist (protocol 3 and
+    later write Python 3's module names, which need no mapping)."""
+    import types
+
+    from torch import _weights_only_unpickler as wo
+
+    looked_up: set[str] = set()
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            looked_up.add(f"{module}.{name}")
+            return super().find_class(module, name)
+
+    torch.load(path, weights_only=False, pickle_module=types.SimpleNamespace(Unpickler=Recording, load=pickle.load,
+                                                                             __name__="pickle"))
+    return sorted(looked_up - set(wo._get_allowed_globals()))
+
+
+def _tensors(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    out: dict[str, torch.Tensor] = {}
+    for k, v in items:
+        out.update(_tensors(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _plain(v: object) -> object:
+    """The value as the reader shows it: a Namespace's attributes, a config's container (not resolved), numpy
+    scalars as numbers, paths and versions as text, JSON's lists for tuples."""
+    if isinstance(v, argparse.Namespace):
+        return {k: _plain(x) for k, x in vars(v).items()}
+    if isinstance(v, (omegaconf.DictConfig, omegaconf.ListConfig)):
+        return _plain(OmegaConf.to_container(v, resolve=False))
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return _plain(v.item())
+    if isinstance(v, complex):
+        return str(v)
+    if isinstance(v, (pathlib.PurePath, torch.dtype)):
+        return str(v)
+    return v
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_read_as_torch_loads_it_with_the_classes_allowed(tmp_path, name, legacy):
+    path, _ = _save(tmp_path, name, legacy)
+    unsafe, want = _oracle(path, _save(tmp_path / "zip", name)[0] if legacy else None)
+    ckpt = open_checkpoint(path)
+    # the tensors: names, shapes, dtypes, values as torch gives them back
+    tensors = _tensors(want)
+    assert sorted(ckpt.tensors) == sorted(tensors)
+    for n, t in tensors.items():
+        info = ckpt.tensors[n]
+        assert info.shape == tuple(t.shape), n
+        np.testing.assert_array_equal(ckpt.read(n).reshape(t.shape), t.numpy(), err_msg=n)
+    # the note names exactly the globals torch names
+    (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
+    listed = note.split("nothing imported: ")[1].split(";")[0].split(", ")
+    assert sorted(listed) == sorted(unsafe)
+    # top-level plain values as metadata, numpy scalars as their numbers
+    for k, v in want.items():
+        if isinstance(v, (int, float, str, bool, np.generic)) and not isinstance(v, np.ndarray):
+            assert ckpt.metadata[k] == str(_plain(v)), k
+
+
+def _leaves(prefix: str, v: object) -> dict[str, object]:
+    """The reader's dotted names for a data value's leaves (lists of containers flattened, as objects are)."""
+    if isinstance(v, dict):
+        out: dict[str, object] = {}
+        for k, x in v.items():
+            out.update(_leaves(f"{prefix}.{k}", x))
+        return out
+    if isinstance(v, list) and v and all(isinstance(x, (dict, list)) for x in v):
+        out = {}
+        for i, x in enumerate(v):
+            out.update(_leaves(f"{prefix}.{i}", x))
+        return out
+    return {prefix: v}
+
+
+@pytest.mark.parametrize("name", ["timm", "fairseq", "lightning-hydra", "megatron"])
+def test_namespaces_and_configs_are_listed_with_their_values(tmp_path, name):
+    path, _ = _save(tmp_path, name)
+    _, want = _oracle(path)
+    ckpt = open_checkpoint(path)
+    expected: dict[str, object] = {}
+
+    def find(o: object, prefix: str) -> None:
+        if isinstance(o, (argparse.Namespace, omegaconf.DictConfig, omegaconf.ListConfig)):
+            expected.update(_leaves(prefix, _plain(o)))
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                find(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(o, (list, tuple)):
+            for i, v in enumerate(o):
+                find(v, f"{prefix}.{i}" if prefix else str(i))
+    find(want, "")
+    shown = {k: o["value"] for k, o in ckpt.objects.items() if "numpy array" not in str(o.get("value"))}
+    assert expected and shown == json.loads(json.dumps(expected))
+
+
+def test_numpy_arrays_are_values_not_tensors(tmp_path):
+    path, obj = _save(tmp_path, "megatron")
+    ckpt = open_checkpoint(path)
+    state = obj["rng_state"][0]["np_rng_state"]
+    assert not any("np_rng_state" in n for n in ckpt.tensors)
+    assert ckpt.objects["rng_state.0.np_rng_state.1"]["value"] == f"<numpy array [{state[1].size}] u4>"
+    assert any("numpy arrays are values, not tensors" in n for n in ckpt.notes)
+
+
+@pytest.mark.parametrize("protocol", [3, 4, 5])
+def test_pickle_protocols(tmp_path, protocol):
+    """torch.save's pickle_protocol: bytes as BINBYTES from protocol 3, frames from 4 (which torch's weights_only
+    unpickler does not read: torch.load(weights_only=False) is the oracle), numpy's arrays as _frombuffer from 5."""
+    path, _ = _save(tmp_path, "scalars", protocol=protocol)
+    unsafe = _globals_outside_allowlist(path)
+    want = torch.load(path, weights_only=False)   # (the test's own file)
+    ckpt = open_checkpoint(path)
+    assert ckpt.objects["class_counts"]["value"] == "<numpy array [10] i4>"
+    assert sorted(_tensors(want)) == sorted(ckpt.tensors)
+    assert ckpt.metadata["torch_version"] == str(want["torch_version"])
+    assert ckpt.metadata["out_dir"] == str(want["out_dir"])
+    (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
+    assert sorted(note.split("nothing imported: ")[1].split(";")[0].split(", ")) == sorted(unsafe)
+
+
+def test_cli_summary_reads_it_and_says_what_it_did(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    path, _ = _save(tmp_path, "timm")
+    rc, out, err = cli("summary", path)
+    assert rc == 0 and not err, err
+    assert "args.lr = 0.5" in out and "argparse.Namespace" in out and "safe_globals" in out
+    rc, out, _ = cli("summary", path, "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["objects"]["args.data_dir"]["value"] == "/data/imagenet"
+    assert r["objects"]["args.mean"]["value"] == [0.485, 0.456, 0.406]
+
+
+def test_scan_still_judges_the_file_by_torch_rule(tmp_path):
+    """Reading builds the data without importing; torch.load without weights_only would import the classes, and scan
+    says so as before."""
+    path, _ = _save(tmp_path, "fairseq")
+    r = scan(path)
+    assert r["status"] == "unsafe" and "argparse.Namespace" in r["unsafe_globals"]
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+def _zip(tmp_path, pkl: bytes) -> str:
+    p = tmp_path / "f.pt"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("archive/data.pkl", pkl)
+    return str(p)
+
+
+class _Calls:
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+@pytest.mark.parametrize("obj, glob", [
+    ({"args": _Calls(print, ("hi",))}, "__builtin__.print"),   # (protocol 2 writes Python 2's module names)
+    ({"cfg": _Calls(pathlib.Path.home, ())}, "__builtin__.getattr"),   # a classmethod of a path class: getattr
+    ({"x": _Calls(importlib.import_module, ("os",))}, "importlib.import_module"),
+])
+def test_a_call_of_any_other_global_is_refused_by_name(tmp_path, obj, glob):
+    path = _zip(tmp_path, pickle.dumps(obj, protocol=2))
+    with pytest.raises(UnsafeCheckpointError, match=f"global '{glob}'"):
+        open_checkpoint(path)
+
+
+def _structured(monkeypatch, with_enum: bool):
+    """A Hydra structured config: a dataclass of the user's module (`mylab.configs`, put in sys.modules while torch
+    saves it), typed fields (List, Optional, Dict), and an enum field if asked."""
+    import dataclasses
+    import enum
+    import sys
+    import types
+    from typing import Dict, List, Optional  # noqa: UP035 - as Hydra users write them (omegaconf keeps typing.List)
+
+    class Act(enum.Enum):
+        GELU = 1
+
+    fields = [("hidden", int, 4), ("layers", List[int], dataclasses.field(default_factory=lambda: [1, 2])),  # noqa: UP006
+              ("name", Optional[str], None), ("extra", Dict[str, float], dataclasses.field(default_factory=dict))]  # noqa: UP006
+    if with_enum:
+        fields.append(("act", Act, Act.GELU))
+    model = dataclasses.make_dataclass("Model", fields)
+    package, module = types.ModuleType("mylab"), types.ModuleType("mylab.configs")
+    for cls in (model, Act):
+        cls.__module__, cls.__qualname__ = "mylab.configs", cls.__name__
+        setattr(module, cls.__name__, cls)
+    monkeypatch.setitem(sys.modules, "mylab", package)
+    monkeypatch.setitem(sys.modules, "mylab.configs", module)
+    return OmegaConf.structured(model)
+
+
+def test_a_structured_configs_types_are_only_named(tmp_path, monkeypatch):
+    """A structured config's metadata names the user's dataclass and typing's generics (torch lists them too): read,
+    the values equal torch's load with every listed global allowed; the same global named where the reader would
+    keep it: refused, as torch refuses it."""
+    path = str(tmp_path / "s.pt")
+    cfg = _structured(monkeypatch, with_enum=False)
+    torch.save({"w": torch.ones(2), "hp": cfg}, path)
+    unsafe, want = _oracle(path)
+    assert "mylab.configs.Model" in unsafe and "typing.List" in unsafe
+    import sys
+
+    monkeypatch.delitem(sys.modules, "mylab.configs")   # nothing of the user's is importable when ckptstat reads
+    ckpt = open_checkpoint(path)
+    assert {k: o["value"] for k, o in ckpt.objects.items()} == _leaves("hp", _plain(want["hp"]))
+    (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
+    assert sorted(note.split("nothing imported: ")[1].split(";")[0].split(", ")) == sorted(unsafe)
+    bare = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kcmylab.configs\nModel\ns.")
+    with pytest.raises(UnsafeCheckpointError, match=r"mylab\.configs\.Model"):
+        open_checkpoint(bare)
+
+
+def test_an_enum_field_calls_the_users_class_and_is_refused(tmp_path, monkeypatch):
+    path = str(tmp_path / "e.pt")
+    torch.save({"w": torch.ones(2), "hp": _structured(monkeypatch, with_enum=True)}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
+    with pytest.raises(UnsafeCheckpointError, match=r"global 'mylab\.configs\.Act'"):
+        open_checkpoint(path)
+
+
+@pytest.mark.parametrize("pkl, words", [
+    # a numpy scalar whose bytes are not its dtype's size
+    (b"\x80\x02cnumpy._core.multiarray\nscalar\ncnumpy\ndtype\nX\x02\x00\x00\x00f8\x89\x88\x87R"
+     b"C\x03abc\x86R.", "scalar of 3 bytes"),
+    # a numpy array whose data is not its shape's size
+    (b"\x80\x02cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R"
+     b"(K\x01J\x00\x00\x00\x10\x85cnumpy\ndtype\nX\x02\x00\x00\x00f4\x89\x88\x87RK\x00C\x04abcdtb.", "bytes"),
+    # a Namespace called with arguments, which pickle never writes
+    (b"\x80\x02cargparse\nNamespace\nK\x01\x85R.", "REDUCE calls argparse.Namespace"),
+    # a defaultdict whose factory is a function, not a type
+    (b"\x80\x02ccollections\ndefaultdict\nctorch._utils\n_rebuild_tensor\n\x85R.", "defaultdict"),
+])
+def test_malformed_data_is_one_clear_error(tmp_path, pkl, words):
+    path = _zip(tmp_path, pkl)
+    with pytest.raises(CorruptCheckpointError, match=words):
+        open_checkpoint(path)
+
+
+def test_os_named_even_as_a_value_is_refused(tmp_path):
+    """torch refuses sys, os, posix and nt whatever the user allows: so does the reader, called or not."""
+    path = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kcposix\nsystem\ns.")
+    with pytest.raises(UnsafeCheckpointError, match=r"posix\.system"):
+        open_checkpoint(path)
+
+
+def test_an_unknown_numpy_dtype_is_shown_unread(tmp_path):
+    path = str(tmp_path / "s.pt")
+    torch.save({"w": torch.ones(1), "name": np.str_("abc"), "when": np.datetime64("2026-01-01")}, path)
+    ckpt = open_checkpoint(path)
+    assert ckpt.objects["name"]["value"] == "<a numpy scalar of dtype U3>"
+    assert ckpt.objects["when"]["value"].startswith("<a numpy scalar of dtype M8")
+
+
+@pytest.mark.parametrize("glob", ["argparse.Namespace", "builtins.dict", "typing.Any", "numpy.dtype"])
+def test_a_data_class_itself_as_a_value_is_refused(tmp_path, glob):
+    """What the reader accepts is what the classes build; the class object itself, kept as a value, torch refuses."""
+    module, _, name = glob.rpartition(".")
+    path = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kc" + f"{module}\n{name}\n".encode() + b"s.")
+    with pytest.raises(UnsafeCheckpointError, match=glob.replace(".", r"\.")):
+        open_checkpoint(path)
