@@ -386,3 +386,15 @@ def test_a_data_class_itself_as_a_value_is_refused(tmp_path, glob):
     path = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kc" + f"{module}\n{name}\n".encode() + b"s.")
     with pytest.raises(UnsafeCheckpointError, match=glob.replace(".", r"\.")):
         open_checkpoint(path)
+
+
+def test_configs_copying_one_content_are_bounded(tmp_path):
+    """A DictConfig copies its `_content` when built: one memoised dict of 20,000 keys given to 200,000 configs (4e9
+    entries from a 3 MB pickle) is refused by the build budget, in one line, before memory runs out."""
+    keys = b"".join(b"X" + len(k).to_bytes(4, "little") + k + b"N" for k in (f"k{i}".encode() for i in range(20_000)))
+    content = b"}(" + keys + b"uq\x01"                                  # the content dict, memo 1
+    one = b"h\x00)\x81}X\x08\x00\x00\x00_contenth\x01sb0"          # DictConfig(), BUILD {_content: memo 1}, POP
+    pkl = b"\x80\x02comegaconf.dictconfig\nDictConfig\nq\x00" + content + b"0" + one * 200_000 + b"N."
+    path = _zip(tmp_path, pkl)
+    with pytest.raises(CorruptCheckpointError, match="build more than"):
+        open_checkpoint(path)

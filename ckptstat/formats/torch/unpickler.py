@@ -218,6 +218,7 @@ class SafeUnpickler(pickle._Unpickler):
         state = self.stack.pop()
         if self.stack and isinstance(self.stack[-1], Filled):
             self.stack[-1].build(state)
+            self.account(self.stack[-1])   # a config copies its content: one memoised content into a million configs
 
     # NEWOBJ calls cls.__new__: only the two allowlisted dict classes and the data classes may be built that way.
     def load_newobj(self) -> None:
