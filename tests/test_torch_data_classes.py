@@ -173,12 +173,16 @@ def test_read_as_torch_loads_it_with_the_classes_allowed(tmp_path, name, legacy)
         np.testing.assert_array_equal(ckpt.read(n).reshape(t.shape), t.numpy(), err_msg=n)
     # the note names exactly the globals torch names
     (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
-    listed = note.split("nothing imported: ")[1].split(";")[0].split(", ")
+    listed = _listed(note)
     assert sorted(listed) == sorted(unsafe)
     # top-level plain values as metadata, numpy scalars as their numbers
     for k, v in want.items():
         if isinstance(v, (int, float, str, bool, np.generic)) and not isinstance(v, np.ndarray):
             assert ckpt.metadata[k] == str(_plain(v)), k
+
+
+def _listed(note: str) -> list[str]:
+    return note.split("kept as its name): ")[1].split(";")[0].split(", ")
 
 
 def _leaves(prefix: str, v: object) -> dict[str, object]:
@@ -239,7 +243,7 @@ def test_pickle_protocols(tmp_path, protocol):
     assert ckpt.metadata["torch_version"] == str(want["torch_version"])
     assert ckpt.metadata["out_dir"] == str(want["out_dir"])
     (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
-    assert sorted(note.split("nothing imported: ")[1].split(";")[0].split(", ")) == sorted(unsafe)
+    assert sorted(_listed(note)) == sorted(unsafe)
 
 
 def test_cli_summary_reads_it_and_says_what_it_did(cli, tmp_path, monkeypatch):
@@ -318,8 +322,7 @@ def _structured(monkeypatch, with_enum: bool):
 
 def test_a_structured_configs_types_are_only_named(tmp_path, monkeypatch):
     """A structured config's metadata names the user's dataclass and typing's generics (torch lists them too): read,
-    the values equal torch's load with every listed global allowed; the same global named where the reader would
-    keep it: refused, as torch refuses it."""
+    the values equal torch's load with every listed global allowed."""
     path = str(tmp_path / "s.pt")
     cfg = _structured(monkeypatch, with_enum=False)
     torch.save({"w": torch.ones(2), "hp": cfg}, path)
@@ -331,10 +334,43 @@ def test_a_structured_configs_types_are_only_named(tmp_path, monkeypatch):
     ckpt = open_checkpoint(path)
     assert {k: o["value"] for k, o in ckpt.objects.items()} == _leaves("hp", _plain(want["hp"]))
     (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
-    assert sorted(note.split("nothing imported: ")[1].split(";")[0].split(", ")) == sorted(unsafe)
-    bare = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kcmylab.configs\nModel\ns.")
-    with pytest.raises(UnsafeCheckpointError, match=r"mylab\.configs\.Model"):
-        open_checkpoint(bare)
+    assert sorted(_listed(note)) == sorted(unsafe)
+
+
+def test_lightning_1x_callbacks_keyed_by_their_class(tmp_path, monkeypatch):
+    """Lightning before 1.5 keyed `callbacks` by the callback's class (Stable Diffusion 1.x's .ckpt files hold
+    `pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint` so): a global only named, never called, kept as its
+    name; the tensors as torch gives them back with it allowed."""
+    import sys
+    import types
+
+    class ModelCheckpoint:
+        pass
+
+    ModelCheckpoint.__module__, ModelCheckpoint.__qualname__ = "pytorch_lightning.callbacks.model_checkpoint", \
+        "ModelCheckpoint"
+    module = types.ModuleType(ModelCheckpoint.__module__)
+    module.ModelCheckpoint = ModelCheckpoint   # type: ignore[attr-defined]
+    for name in ("pytorch_lightning", "pytorch_lightning.callbacks"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, ModelCheckpoint.__module__, module)
+    path = str(tmp_path / "sd.ckpt")
+    torch.save({"epoch": 6, "global_step": 470000, "pytorch-lightning_version": "1.4.2",
+                "state_dict": {f"model.{k}": v for k, v in _model().items()},
+                "callbacks": {ModelCheckpoint: {"best_model_score": torch.tensor(0.25),
+                                                "best_model_path": "/ckpt/epoch=6.ckpt"}}}, path)
+    unsafe, want = _oracle(path)
+    assert unsafe == ["pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint"]
+    monkeypatch.delitem(sys.modules, ModelCheckpoint.__module__)
+    ckpt = open_checkpoint(path)
+    # a class key is named by its global's name
+    want["callbacks"] = {f"{k.__module__}.{k.__qualname__}": v for k, v in want["callbacks"].items()}
+    tensors = _tensors(want)
+    assert sorted(ckpt.tensors) == sorted(tensors)
+    for n, t in tensors.items():
+        np.testing.assert_array_equal(ckpt.read(n).reshape(t.shape), t.numpy(), err_msg=n)
+    (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
+    assert _listed(note) == unsafe and ckpt.training.get("global_step") == 470000
 
 
 def test_an_enum_field_calls_the_users_class_and_is_refused(tmp_path, monkeypatch):
@@ -379,13 +415,17 @@ def test_an_unknown_numpy_dtype_is_shown_unread(tmp_path):
     assert ckpt.objects["when"]["value"].startswith("<a numpy scalar of dtype M8")
 
 
-@pytest.mark.parametrize("glob", ["argparse.Namespace", "builtins.dict", "typing.Any", "numpy.dtype"])
-def test_a_data_class_itself_as_a_value_is_refused(tmp_path, glob):
-    """What the reader accepts is what the classes build; the class object itself, kept as a value, torch refuses."""
+@pytest.mark.parametrize("glob", ["argparse.Namespace", "builtins.dict", "typing.Any", "mylab.configs.Model"])
+def test_a_bare_global_is_refused_and_one_kept_as_a_value_is_read(tmp_path, glob):
+    """A pickle that is nothing but a global (a data class's or any other) holds nothing to read: refused, as torch
+    refuses it. The same global as a dict's value, never called: kept as its name."""
     module, _, name = glob.rpartition(".")
-    path = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kc" + f"{module}\n{name}\n".encode() + b"s.")
+    ref = b"c" + f"{module}\n{name}\n".encode()
     with pytest.raises(UnsafeCheckpointError, match=glob.replace(".", r"\.")):
-        open_checkpoint(path)
+        open_checkpoint(_zip(tmp_path, b"\x80\x02" + ref + b"."))
+    (tmp_path / "v").mkdir()
+    ckpt = open_checkpoint(_zip(tmp_path / "v", b"\x80\x02}X\x01\x00\x00\x00k" + ref + b"s."))
+    assert not ckpt.tensors and any(glob in n for n in ckpt.notes)
 
 
 def test_configs_copying_one_content_are_bounded(tmp_path):

@@ -144,12 +144,16 @@ class Forbidden(Exception):
 
 @dataclass(frozen=True)
 class Named:
-    """A global the pickle names but has not called: inert as long as nothing calls it (omegaconf's metadata names
-    a structured config's dataclass as a type). Calling or building it is Forbidden."""
+    """A global the pickle names but does not call: inert, as nothing here imports it (a structured config's metadata
+    names the user's dataclass as a type; Lightning 1.x keyed its callbacks' states by their classes). Calling or
+    building it is Forbidden."""
     name: str
 
     def __call__(self, *args: object) -> NoReturn:   # REDUCE, INST, OBJ
         raise Forbidden(self.name)
+
+    def __repr__(self) -> str:   # a dict key names a tensor under it: `callbacks.<module>.ModelCheckpoint.best_...`
+        return self.name
 
 
 # ---------------------------------------------------------------------------------------------

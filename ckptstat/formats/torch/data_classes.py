@@ -13,9 +13,9 @@ called:
   then BUILD with the `__dict__`: `_content`, `_metadata`, `_parent`), the `ContainerMetadata` / `Metadata` they carry,
   the types those name (`typing.Any`, `builtins.dict`...) and the `collections.defaultdict(dict)` of their resolver
   cache (Lightning's `hyper_parameters` under Hydra, NeMo's `.ckpt`, fairseq's `cfg` from 0.10): a dict / list of the
-  nodes' values. A structured config's metadata names the user's dataclass and `typing` generics only as types,
-  which the metadata drops (unpickler.py keeps any global named, never called, as allowlist.Named); an enum value
-  (EnumNode) calls the user's enum class: refused, as torch refuses it.
+  nodes' values. A structured config's metadata names the user's dataclass and `typing` generics only as types (the
+  reader keeps any global named, never called, as an allowlist.Named); an enum value (EnumNode) calls the user's
+  enum class: refused.
 - numpy scalars (`numpy._core.multiarray.scalar(dtype, bytes)`; numpy < 2 spells it `numpy.core`), with
   `numpy.dtype(code, align, copy)` and BUILD of its (version, byteorder, ...) state: the number.
 - numpy arrays (`_reconstruct(numpy.ndarray, (0,), b'b')`, then BUILD `(1, shape, dtype, fortran, data)`; protocol
@@ -247,9 +247,9 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
 
 
 def data_note(met: frozenset[str]) -> str:
-    """What the reader says of a pickle that named the data classes `met`."""
+    """What the reader says of a pickle that named the globals `met`, outside torch's allowlist."""
     arrays = any(g.endswith(("._reconstruct", "._frombuffer")) for g in met)
-    return (f"the pickle names {len(met)} global(s) outside torch's weights_only allowlist, read as the plain data "
-            f"training scripts save, nothing imported: {', '.join(sorted(met))}; torch.load(weights_only=True) "
-            "refuses the file unless they are named in torch.serialization.safe_globals"
+    return (f"the pickle names {len(met)} global(s) outside torch's weights_only allowlist, none imported or called "
+            f"(training scripts' plain data built as values, any other kept as its name): {', '.join(sorted(met))}; "
+            "torch.load(weights_only=True) refuses the file unless they are named in torch.serialization.safe_globals"
             + ("; numpy arrays are values, not tensors" if arrays else "") + " (`ckptstat scan` judges it)")

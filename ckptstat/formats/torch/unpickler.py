@@ -327,10 +327,8 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
         u = unpickler(file, path, record, storages, limit)
         try:
             obj = u.load()
-            if u.named or u.data_globals:   # a global only named (a type, a class never built) is kept only
-                left = _named_in(obj)       # where a data class drops it (omegaconf's metadata)
-                if left is not None:
-                    raise Forbidden(left)
+            if isinstance(obj, (Named, DataGlobal)):   # the whole pickle a reference to code: nothing to read
+                raise Forbidden(obj.name)
             return obj, u
         except Refused as e:
             raise CorruptCheckpointError(path, f"{record}: {e}") from None
@@ -338,21 +336,6 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
             raise UnsafeCheckpointError(path, u.refusal(str(e))) from None
         except RecursionError:
             raise CorruptCheckpointError(path, f"{record}: pickle nests too deeply") from None
-
-
-def _named_in(obj: object) -> str | None:
-    """The first global `obj` holds as itself (an allowlist.Named, or a data class that was not built: torch refuses
-    both), each container visited once."""
-    seen: set[int] = set()
-    todo = [obj]
-    while todo:
-        o = todo.pop()
-        if isinstance(o, (Named, DataGlobal)):
-            return o.name
-        if isinstance(o, (dict, list, tuple, set, frozenset)) and id(o) not in seen:
-            seen.add(id(o))
-            todo.extend(o.items() if isinstance(o, dict) else o)   # (a dict's (key, value) pairs: tuples)
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
