@@ -131,6 +131,21 @@ def torch_oracle(path: str) -> dict[str, Oracle]:
             for k, t in obj.items()}
 
 
+def torch_training_oracle(path: str) -> dict[str, Oracle]:
+    """What torch.load holds of a training checkpoint naming plain-data classes outside its allowlist (argparse, numpy,
+    omegaconf: fixtures/make_torch_training_data.py, the repo's own file), every tensor by its dotted path."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("omegaconf")
+
+    def flat(o: object, name: str = "") -> dict[str, object]:
+        if isinstance(o, torch.Tensor):
+            return {name: o}
+        items = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, (list, tuple)) else ()
+        return {k2: v2 for k, v in items for k2, v2 in flat(v, f"{name}.{k}" if name else str(k)).items()}
+    obj = torch.load(path, map_location="cpu", weights_only=False)   # (weights_only refuses its argparse.Namespace)
+    return {k: Oracle(tuple(t.shape), values=t.double().numpy()) for k, t in flat(obj).items()}
+
+
 def _members(data: bytes) -> dict[str, zipfile.ZipInfo]:
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         return {i.filename: i for i in z.infolist()}
@@ -743,8 +758,11 @@ def numpy_pickle_claims(path: str) -> dict[str, bytes]:
 # ---------------------------------------------------------------------------------------------- the table
 SAMPLES: dict[str, list[Sample]] = {
     "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
-    "pytorch (zip)": [Sample("torch/dtypes.pt", torch_oracle, zip_layout, torch_zip_claims)],
-    "pytorch (legacy)": [Sample("torch/dtypes-legacy.pt", torch_oracle, legacy_layout, torch_legacy_claims)],
+    "pytorch (zip)": [Sample("torch/dtypes.pt", torch_oracle, zip_layout, torch_zip_claims),
+                      Sample("torch/training-data.pt", torch_training_oracle, zip_layout, torch_zip_claims)],
+    "pytorch (legacy)": [Sample("torch/dtypes-legacy.pt", torch_oracle, legacy_layout, torch_legacy_claims),
+                         Sample("torch/training-data-legacy.pt", torch_training_oracle, legacy_layout,
+                                torch_legacy_claims)],
     "tf-bundle": [
         Sample("tf1-partitioned/model.ckpt-5.index", tf_oracle, tf_index_layout, tf_claims,
                companions=("model.ckpt-5.data-00000-of-00002", "model.ckpt-5.data-00001-of-00002")),
