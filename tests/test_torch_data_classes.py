@@ -285,7 +285,7 @@ class _Calls:
 
 @pytest.mark.parametrize("obj, glob", [
     ({"args": _Calls(print, ("hi",))}, "__builtin__.print"),   # (protocol 2 writes Python 2's module names)
-    ({"cfg": _Calls(pathlib.Path.home, ())}, "__builtin__.getattr"),   # a classmethod of a path class: getattr
+    ({"cfg": _Calls(pathlib.Path.home, ())}, "pathlib.Path.home"),   # getattr(Path, 'home'), then called
     ({"x": _Calls(importlib.import_module, ("os",))}, "importlib.import_module"),
 ])
 def test_a_call_of_any_other_global_is_refused_by_name(tmp_path, obj, glob):
@@ -400,6 +400,14 @@ def test_malformed_data_is_one_clear_error(tmp_path, pkl, words):
         open_checkpoint(path)
 
 
+def test_getattr_of_a_value_is_refused(tmp_path):
+    """getattr composes a name from a global's name, never reaches into a value (attacks chain getattr over what a
+    call returned: `getattr('', '__class__')`...)."""
+    path = _zip(tmp_path, b"\x80\x02c__builtin__\ngetattr\nX\x00\x00\x00\x00X\t\x00\x00\x00__class__\x86R.")
+    with pytest.raises(UnsafeCheckpointError, match=r"global 'builtins\.getattr'"):
+        open_checkpoint(path)
+
+
 def test_os_named_even_as_a_value_is_refused(tmp_path):
     """torch refuses sys, os, posix and nt whatever the user allows: so does the reader, called or not."""
     path = _zip(tmp_path, b"\x80\x02}X\x01\x00\x00\x00kcposix\nsystem\ns.")
@@ -438,3 +446,39 @@ def test_configs_copying_one_content_are_bounded(tmp_path):
     path = _zip(tmp_path, pkl)
     with pytest.raises(CorruptCheckpointError, match="build more than"):
         open_checkpoint(path)
+
+
+def test_mmengine_message_hub(tmp_path):
+    """An OpenMMLab 2.x (mmengine) Runner checkpoint keeps its MessageHub's state: HistoryBuffers of numpy arrays,
+    whose statistics methods it pickles as getattr(HistoryBuffer, 'min'). Built by mmengine itself; read against
+    torch.load(weights_only=True) with the listed globals allowed."""
+    logging = pytest.importorskip("mmengine.logging")
+    hub = logging.MessageHub.get_instance("ckptstat-test")
+    for i in range(7):
+        hub.update_scalar("train/loss", 1.0 / (i + 1))
+        hub.update_scalar("train/lr", 0.01, count=2)
+    hub.update_info("iter", 7)
+    hub.update_info("epoch", 1)
+    model = _model()
+    optim = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.01)
+    path = str(tmp_path / "epoch_1.pth")
+    torch.save({"meta": {"epoch": 1, "iter": 7, "mmengine_version": "0.10.7", "seed": 42},
+                "state_dict": model, "message_hub": hub.state_dict(), "optimizer": optim.state_dict(),
+                "param_schedulers": [{"by_epoch": True, "last_step": 1, "_last_lr": [0.01]}]}, path)
+    unsafe, want = _oracle(path)
+    assert "mmengine.logging.history_buffer.HistoryBuffer" in unsafe and "builtins.getattr" in unsafe
+    ckpt = open_checkpoint(path)
+    tensors = _tensors(want)
+    assert sorted(ckpt.tensors) == sorted(tensors)
+    for n, t in tensors.items():
+        np.testing.assert_array_equal(ckpt.read(n).reshape(t.shape), t.numpy(), err_msg=n)
+    (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
+    assert sorted(_listed(note)) == sorted(unsafe)
+    for key, buf in want["message_hub"]["log_scalars"].items():
+        shown = {k[len(f"message_hub.log_scalars.{key}."):]: o for k, o in ckpt.objects.items()
+                 if k.startswith(f"message_hub.log_scalars.{key}.")}
+        assert shown["max_length"]["value"] == buf.max_length and shown["max_length"]["type"] == "int"
+        log, count = buf.data
+        assert shown["_log_history"]["value"] == f"<numpy array [{log.size}] {log.dtype.str[1:]}>"
+        assert shown["_count_history"]["value"] == f"<numpy array [{count.size}] {count.dtype.str[1:]}>"
+        assert shown["statistics_methods.mean"]["value"] == "<mmengine.logging.history_buffer.HistoryBuffer.mean>"

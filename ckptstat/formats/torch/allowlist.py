@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 # Legacy typed storage classes -> canonical dtype (docs/formats.md section 2 table).
 STORAGE_DTYPES = {
@@ -148,6 +148,7 @@ class Named:
     names the user's dataclass as a type; Lightning 1.x keyed its callbacks' states by their classes). Calling or
     building it is Forbidden."""
     name: str
+    shown: ClassVar[str] = "global"   # what `objects` calls its type
 
     def __call__(self, *args: object) -> NoReturn:   # REDUCE, INST, OBJ
         raise Forbidden(self.name)

@@ -24,6 +24,9 @@ called:
   `load_state_dict` refuses).
 - `pathlib` paths (REDUCE of the class with its parts): the path's text.
 - `torch.torch_version.TorchVersion` (`torch.__version__`, a str subclass: NEWOBJ with its text): the text.
+- mmengine's `HistoryBuffer` (an OpenMMLab 2.x Runner's `message_hub`: NEWOBJ, then BUILD with its attributes, numpy
+  arrays) and the `getattr(HistoryBuffer, 'min')` its statistics methods pickle as: a dict of its attributes; getattr
+  of a global's name gives the attribute's name (allowlist.Named), of anything else it is refused.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 from ...core import dtypes
-from .allowlist import Refused
+from .allowlist import Forbidden, Named, Refused
 
 _NUMPY = ("numpy._core", "numpy.core")
 
@@ -73,11 +76,24 @@ def _dict_state(state: Any, what: str) -> dict[Any, Any]:
 
 
 class Attributes(dict[Any, Any], Filled):
-    """An argparse.Namespace: its attributes."""
-    shown = "Namespace"
+    """An object of a plain class (an argparse.Namespace, mmengine's HistoryBuffer): its attributes. `shown`: the
+    class's name."""
+
+    def __init__(self, shown: str):
+        super().__init__()
+        self.shown = shown
 
     def build(self, state: Any) -> None:
-        self.update(_dict_state(state, "an argparse.Namespace"))
+        self.update(_dict_state(state, f"a {self.shown}"))
+
+
+def _attributes(shown: str) -> Callable[..., Attributes]:
+    """NEWOBJ of a plain class, as copyreg.__newobj__ writes it: the class and no arguments."""
+    def new(*args: Any) -> Attributes:
+        if args:
+            raise Refused(f"NEWOBJ of a {shown} with arguments, which its pickles never give")
+        return Attributes(shown)
+    return new
 
 
 class _Node(Filled):
@@ -214,6 +230,14 @@ def _text(value: Any = "") -> str:
     return str(value)
 
 
+def _getattr(owner: Any, name: Any = None, *default: Any) -> Named:
+    """getattr(class, name) of a global the pickle only names (mmengine's HistoryBuffer keeps its statistics methods
+    so): the attribute's name, inert as its owner; calling it is refused as calling any other global."""
+    if not isinstance(owner, (Named, DataGlobal)) or not isinstance(name, str) or default:
+        raise Forbidden("builtins.getattr")   # of a value (what attacks chain: getattr(__import__(...), ...))
+    return Named(f"{owner.name}.{name}"[:256])
+
+
 def _defaultdict(factory: Any = None, *args: Any) -> dict[Any, Any]:
     """collections.defaultdict(factory): omegaconf's resolver cache, `defaultdict(dict)`; its items follow."""
     if factory is not None and not (isinstance(factory, DataGlobal) and factory.new is None and factory.call is None):
@@ -228,7 +252,9 @@ _TYPES = ("typing.Any", *(f"builtins.{t}" for t in ("dict", "list", "tuple", "st
                                                       "bytes", "object")), "numpy.ndarray")
 
 TABLE: dict[str, DataGlobal] = {g.name: g for g in (
-    DataGlobal("argparse.Namespace", new=Attributes),
+    DataGlobal("argparse.Namespace", new=_attributes("Namespace")),
+    DataGlobal("mmengine.logging.history_buffer.HistoryBuffer", new=_attributes("HistoryBuffer")),
+    DataGlobal("builtins.getattr", call=_getattr),
     DataGlobal("omegaconf.dictconfig.DictConfig", new=Config),
     DataGlobal("omegaconf.listconfig.ListConfig", new=ConfigList),
     *(DataGlobal(f"omegaconf.{n}", new=_Node) for n in _OMEGACONF_NODES),

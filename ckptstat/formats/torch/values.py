@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from .allowlist import DTypeRef
+from .allowlist import DTypeRef, Named
 from .data_classes import Attributes, Config, ConfigList, NumpyArray, Unread
 from .unpickler import INT_TEXT_BITS, int_text, key_text
 
@@ -34,6 +34,8 @@ def inert(v: Any, depth: int = 0) -> Any:
         return f"<{len(v):,} bytes>"
     if isinstance(v, DTypeRef):   # a torch dtype (Megatron's args.params_dtype)
         return f"torch.{v.name}"
+    if isinstance(v, Named):      # a global named, never called
+        return f"<{v.name}>"
     if isinstance(v, (NumpyArray, Unread)):
         return f"<{v!r}>" if isinstance(v, NumpyArray) else f"<{v.what}>"
     if depth < MAX_VALUE_DEPTH and isinstance(v, (list, tuple)) and len(v) <= MAX_VALUE_ITEMS:
