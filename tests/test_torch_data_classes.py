@@ -391,6 +391,8 @@ def test_an_enum_field_calls_the_users_class_and_is_refused(tmp_path, monkeypatc
      b"(K\x01J\x00\x00\x00\x10\x85cnumpy\ndtype\nX\x02\x00\x00\x00f4\x89\x88\x87RK\x00C\x04abcdtb.", "bytes"),
     # a Namespace called with arguments, which pickle never writes
     (b"\x80\x02cargparse\nNamespace\nK\x01\x85R.", "REDUCE calls argparse.Namespace"),
+    # a DictConfig given arguments to its NEWOBJ (copyreg.__newobj__ of a plain class gives none)
+    (b"\x80\x02comegaconf.dictconfig\nDictConfig\n}\x85\x81.", "NEWOBJ of omegaconf.dictconfig.DictConfig with"),
     # a defaultdict whose factory is a function, not a type
     (b"\x80\x02ccollections\ndefaultdict\nctorch._utils\n_rebuild_tensor\n\x85R.", "defaultdict"),
 ])

@@ -46,8 +46,9 @@ class DataGlobal:
     """A global of the table: what NEWOBJ (`new`) or REDUCE (`call`) of it builds; neither for a type the pickle only
     names as a value (omegaconf's metadata: `typing.Any`, `builtins.dict`)."""
 
-    def __init__(self, name: str, new: Callable[..., Any] | None = None, call: Callable[..., Any] | None = None):
-        self.name, self.new, self.call = name, new, call
+    def __init__(self, name: str, new: Callable[..., Any] | None = None, call: Callable[..., Any] | None = None,
+                 new_args: bool = False):
+        self.name, self.new, self.call, self.new_args = name, new, call, new_args
 
     def __call__(self, *args: Any) -> Any:   # REDUCE
         if self.call is None:
@@ -57,6 +58,8 @@ class DataGlobal:
     def built(self, args: tuple[Any, ...]) -> Any:   # NEWOBJ
         if self.new is None:
             raise Refused(f"NEWOBJ builds {self.name}, which its pickles never build")
+        if args and not self.new_args:   # copyreg.__newobj__ of a plain class: no arguments
+            raise Refused(f"NEWOBJ of {self.name} with arguments, which its pickles never give")
         return self.new(*args)
 
 
@@ -87,13 +90,6 @@ class Attributes(dict[Any, Any], Filled):
         self.update(_dict_state(state, f"a {self.shown}"))
 
 
-def _attributes(shown: str) -> Callable[..., Attributes]:
-    """NEWOBJ of a plain class, as copyreg.__newobj__ writes it: the class and no arguments."""
-    def new(*args: Any) -> Attributes:
-        if args:
-            raise Refused(f"NEWOBJ of a {shown} with arguments, which its pickles never give")
-        return Attributes(shown)
-    return new
 
 
 class _Node(Filled):
@@ -252,8 +248,8 @@ _TYPES = ("typing.Any", *(f"builtins.{t}" for t in ("dict", "list", "tuple", "st
                                                       "bytes", "object")), "numpy.ndarray")
 
 TABLE: dict[str, DataGlobal] = {g.name: g for g in (
-    DataGlobal("argparse.Namespace", new=_attributes("Namespace")),
-    DataGlobal("mmengine.logging.history_buffer.HistoryBuffer", new=_attributes("HistoryBuffer")),
+    DataGlobal("argparse.Namespace", new=lambda: Attributes("Namespace")),
+    DataGlobal("mmengine.logging.history_buffer.HistoryBuffer", new=lambda: Attributes("HistoryBuffer")),
     DataGlobal("builtins.getattr", call=_getattr),
     DataGlobal("omegaconf.dictconfig.DictConfig", new=Config),
     DataGlobal("omegaconf.listconfig.ListConfig", new=ConfigList),
@@ -268,7 +264,7 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     *(DataGlobal(f"{m}.numeric._frombuffer", call=_frombuffer) for m in _NUMPY),
     *(DataGlobal(f"{m}.{c}", call=_path("Windows" in c)) for m in ("pathlib", "pathlib._local")
       for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")),
-    DataGlobal("torch.torch_version.TorchVersion", new=_text),
+    DataGlobal("torch.torch_version.TorchVersion", new=_text, new_args=True),
 )}
 
 

@@ -3,7 +3,9 @@
 `SafeUnpickler` subclasses pickle's pure-Python Unpickler (pickle._Unpickler, the reference
 implementation of pickle.Unpickler): its memo is a dict, so a hostile LONG_BINPUT index cannot make
 it allocate a huge memo array, and each opcode can be counted and bounded. Globals resolve through
-the allowlist's recording stubs (allowlist.py); nothing from the pickle is ever called.
+the allowlist's recording stubs (allowlist.py) and the builders of training scripts' plain data (data_classes.py);
+any other global is kept as its name (allowlist.Named), refused when the pickle calls or builds it. Nothing from
+the pickle is ever imported or called.
 """
 from __future__ import annotations
 
