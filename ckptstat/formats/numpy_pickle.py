@@ -35,7 +35,7 @@ from .latin1 import Latin1Reader
 from .registry import Format, Probe, register
 from .torch.allowlist import Refused
 from .torch.containers import is_legacy_head
-from .torch.unpickler import Record, RecordingUnpickler, guarded, key_text, unpickle
+from .torch.unpickler import Record, RecordingUnpickler, guarded, named_leaves, unpickle
 
 NAME = "pickle (numpy arrays)"
 PADDLE_SUFFIXES = (".pdparams", ".pdopt")
@@ -231,28 +231,10 @@ def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:
 
 
 def _walk(path: str, obj: object, paddle: bool) -> dict[str, TensorInfo]:
-    out: dict[str, TensorInfo] = {}
-    seen: set[int] = set()
-
-    def rec(o: object, name: str, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            raise CorruptCheckpointError(path, f"containers nest deeper than {MAX_DEPTH} at {name!r}")
-        if isinstance(o, _Array):
-            out[name or "array"] = _tensor(path, name or "array", o, paddle)
-            return
-        if id(o) in seen:
-            return
-        if isinstance(o, dict):
-            seen.add(id(o))
-            for k, v in o.items():
-                if k != PADDLE_KEY:
-                    rec(v, f"{name}.{key_text(k)}" if name else key_text(k), depth + 1)
-        elif isinstance(o, (list, tuple)):
-            seen.add(id(o))
-            for i, v in enumerate(o):
-                rec(v, f"{name}.{i}" if name else str(i), depth + 1)
-    rec(obj, "", 0)
-    return out
+    def too_deep(name: str) -> None:
+        raise CorruptCheckpointError(path, f"containers nest deeper than {MAX_DEPTH} at {name!r}")
+    return {name or "array": _tensor(path, name or "array", a, paddle)
+            for name, a in named_leaves(obj, (_Array,), MAX_DEPTH, too_deep, lambda key: key == PADDLE_KEY)}
 
 
 def accept(probe: Probe) -> bool:

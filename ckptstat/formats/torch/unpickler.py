@@ -362,6 +362,27 @@ def key_text(k: object) -> str:
         return f"<{type(k).__name__} key>"
 
 
+def named_leaves(obj: object, leaf: tuple[type, ...], max_depth: int, too_deep: Callable[[str], None],
+                 skip: Callable[[object], bool] = lambda key: False) -> Iterator[tuple[str, Any]]:
+    """(dotted name, object) of each instance of `leaf` that `obj` holds through its dicts, lists and tuples, each
+    container once (a numpy pickle's arrays, a torch.save's plain data: the tensors have their own, budgeted walk);
+    past `max_depth` levels `too_deep(name)` raises or the branch is left; keys `skip` picks are not followed."""
+    seen: set[int] = set()
+
+    def rec(o: object, name: str, depth: int) -> Iterator[tuple[str, Any]]:
+        if depth > max_depth:
+            too_deep(name)
+            return
+        if isinstance(o, leaf):
+            yield name, o
+        elif isinstance(o, (dict, list, tuple)) and id(o) not in seen:
+            seen.add(id(o))
+            for k, v in (o.items() if isinstance(o, dict) else enumerate(o)):
+                if not skip(k):
+                    yield from rec(v, f"{name}.{key_text(k)}" if name else key_text(k), depth + 1)
+    return rec(obj, "", 0)
+
+
 def walk(obj: object, path: str, pickle_bytes: int | None = None) -> Iterator[tuple[str, TensorRef]]:
     """(name, tensor) of every tensor `obj` holds; with `pickle_bytes` (the pickle's size), at most as many as the
     pickle's build budget pays for at TENSOR_BYTES each (one tensor named a million times through the memo)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from .allowlist import DTypeRef, Named
 from .data_classes import Attributes, Config, ConfigList, NumpyArray, Unread
-from .unpickler import INT_TEXT_BITS, int_text, key_text
+from .unpickler import INT_TEXT_BITS, int_text, key_text, named_leaves
 
 MAX_OBJECTS = 10_000     # non-tensor values kept per checkpoint (an optimizer's param_groups: 12 a group)
 MAX_VALUE_ITEMS = 64     # items of a list / dict value kept; a bigger one is described, not kept
@@ -80,27 +80,10 @@ def data_objects(obj: Any, path: str) -> dict[str, dict[str, Any]]:
     torch.save'd object holds, found through its plain dicts and lists, by dotted name (`args.lr`,
     `hyper_parameters.cfg.lr`)."""
     out: dict[str, dict[str, Any]] = {}
-    seen: set[int] = set()
     file = os.path.basename(path)
-
-    def rec(o: Any, name: str, depth: int) -> None:
-        if len(out) >= MAX_OBJECTS or depth > MAX_VALUE_DEPTH or id(o) in seen:
-            return
-        if isinstance(o, (NumpyArray, Unread)):
-            out[name or file] = row(file, o)
-        elif isinstance(o, _DATA):
-            seen.add(id(o))
-            for leaf_name, leaf in flat(name, o):
-                if len(out) >= MAX_OBJECTS:
-                    return
-                out[leaf_name or file] = row(file, leaf)
-        elif isinstance(o, dict):
-            seen.add(id(o))
-            for k, v in o.items():
-                rec(v, f"{name}.{key_text(k)}" if name else key_text(k), depth + 1)
-        elif isinstance(o, (list, tuple)):
-            seen.add(id(o))
-            for i, v in enumerate(o):
-                rec(v, f"{name}.{i}" if name else str(i), depth + 1)
-    rec(obj, "", 0)
+    for name, o in named_leaves(obj, (NumpyArray, Unread, *_DATA), MAX_VALUE_DEPTH, lambda name: None):
+        for leaf_name, leaf in flat(name, o) if isinstance(o, _DATA) else ((name, o),):
+            if len(out) >= MAX_OBJECTS:
+                return out
+            out[leaf_name or file] = row(file, leaf)
     return out
