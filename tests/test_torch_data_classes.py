@@ -484,3 +484,42 @@ def test_mmengine_message_hub(tmp_path):
         assert shown["_log_history"]["value"] == f"<numpy array [{log.size}] {log.dtype.str[1:]}>"
         assert shown["_count_history"]["value"] == f"<numpy array [{count.size}] {count.dtype.str[1:]}>"
         assert shown["statistics_methods.mean"]["value"] == "<mmengine.logging.history_buffer.HistoryBuffer.mean>"
+
+
+def test_datetimes_read_as_torch_gives_them(tmp_path):
+    """A save time (`datetime.now()`), a date, a time of day, a duration and time zones, as torch.load gives them
+    back with the listed globals allowed: the ISO text (a duration and a zone: their str())."""
+    import datetime as dt
+
+    zone = dt.timezone(dt.timedelta(hours=-5, minutes=-30), "X")
+    obj = {"w": torch.ones(1), "saved": dt.datetime(2026, 12, 6, 21, 0, 5, 123), "zoned": dt.datetime(2026, 1, 1, 8, tzinfo=zone),
+           "utc": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "day": dt.date(2025, 5, 1),
+           "at": dt.time(3, 4, 5, 6, tzinfo=zone), "took": dt.timedelta(days=1, seconds=3, microseconds=7)}
+    path = str(tmp_path / "t.pt")
+    torch.save({**obj, "run": {"start": obj["saved"], "elapsed": obj["took"]}}, path)
+    unsafe, want = _oracle(path)
+    ckpt = open_checkpoint(path)
+    for k in ("saved", "zoned", "utc", "day", "at"):
+        assert ckpt.metadata[k] == want[k].isoformat(), k
+    assert sorted(_listed(next(n for n in ckpt.notes if "allowlist" in n))) == sorted(unsafe)
+    stats = str(tmp_path / "s.pt")
+    torch.save({"w": torch.ones(1), "args": argparse.Namespace(start=obj["saved"], took=obj["took"], tz=zone)}, stats)
+    _, want = _oracle(stats)
+    ckpt = open_checkpoint(stats)
+    assert ckpt.objects["args.start"]["value"] == want["args"].start.isoformat()
+    assert ckpt.objects["args.took"]["value"] == str(want["args"].took)
+    assert ckpt.objects["args.tz"]["value"] == str(want["args"].tz)
+
+
+@pytest.mark.parametrize("pkl, words", [
+    # a datetime whose packed state says month 13 (datetime's own check)
+    (b"\x80\x02cdatetime\ndatetime\nC\x0a\x07\xea\x0d\x01\x00\x00\x00\x00\x00\x00\x85R.", "datetime.datetime of a state it refuses"),
+    # a timedelta of 10**20 days
+    (b"\x80\x02cdatetime\ntimedelta\n\x8a\x09\x00\x00\x10\x63\x2d\x5e\xc7\x6b\x05K\x00K\x00\x87R.", "out of range"),
+    # a datetime whose zone is a string
+    (b"\x80\x02cdatetime\ndatetime\nC\x0a\x07\xea\x01\x01\x00\x00\x00\x00\x00\x00X\x01\x00\x00\x00Z\x86R.",
+     "arguments its pickles never give"),
+])
+def test_malformed_datetimes_are_one_clear_error(tmp_path, pkl, words):
+    with pytest.raises(CorruptCheckpointError, match=words):
+        open_checkpoint(_zip(tmp_path, pkl))

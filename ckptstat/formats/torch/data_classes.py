@@ -24,12 +24,15 @@ called:
   `load_state_dict` refuses).
 - `pathlib` paths (REDUCE of the class with its parts): the path's text.
 - `torch.torch_version.TorchVersion` (`torch.__version__`, a str subclass: NEWOBJ with its text): the text.
+- `datetime` moments (REDUCE of the class with its packed state, a `timezone` of a `timedelta`): the ISO text; a
+  `timedelta` as `str()` gives it.
 - mmengine's `HistoryBuffer` (an OpenMMLab 2.x Runner's `message_hub`: NEWOBJ, then BUILD with its attributes, numpy
   arrays) and the `getattr(HistoryBuffer, 'min')` its statistics methods pickle as: a dict of its attributes; getattr
   of a global's name gives the attribute's name (allowlist.Named), of anything else it is refused.
 """
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -234,6 +237,39 @@ def _getattr(owner: Any, name: Any = None, *default: Any) -> Named:
     return Named(f"{owner.name}.{name}"[:256])
 
 
+def _moment(kind: type[datetime.date] | type[datetime.time]) -> Callable[..., str]:
+    """datetime.datetime / date / time: REDUCE of the class with its packed state (pickle's own constructor form,
+    checked by the class: its length, each field's range) and a timezone: the ISO text."""
+    ctor: Callable[..., datetime.date | datetime.time] = kind   # (typeshed lacks pickle's constructor form)
+
+    def build(state: Any = None, tz: Any = None, *rest: Any) -> str:
+        if not isinstance(state, bytes) or rest or not (tz is None or isinstance(tz, datetime.timezone)):
+            raise Refused(f"datetime.{kind.__name__} of arguments its pickles never give")
+        try:
+            return (ctor(state) if tz is None else ctor(state, tz)).isoformat()
+        except (TypeError, ValueError) as e:
+            raise Refused(f"datetime.{kind.__name__} of a state it refuses: {e}") from None
+    return build
+
+
+def _timedelta(days: Any = 0, seconds: Any = 0, microseconds: Any = 0) -> datetime.timedelta:
+    if not all(type(v) is int for v in (days, seconds, microseconds)):
+        raise Refused("datetime.timedelta of values that are not integers")
+    try:
+        return datetime.timedelta(days, seconds, microseconds)
+    except OverflowError as e:
+        raise Refused(f"datetime.timedelta out of range: {e}") from None
+
+
+def _timezone(offset: Any = None, name: Any = None) -> datetime.timezone:
+    if not isinstance(offset, datetime.timedelta) or not (name is None or isinstance(name, str)):
+        raise Refused("datetime.timezone of arguments its pickles never give")
+    try:
+        return datetime.timezone(offset) if name is None else datetime.timezone(offset, name)
+    except ValueError as e:
+        raise Refused(f"datetime.timezone: {e}") from None
+
+
 def _defaultdict(factory: Any = None, *args: Any) -> dict[Any, Any]:
     """collections.defaultdict(factory): omegaconf's resolver cache, `defaultdict(dict)`; its items follow."""
     if factory is not None and not (isinstance(factory, DataGlobal) and factory.new is None and factory.call is None):
@@ -265,6 +301,9 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     *(DataGlobal(f"{m}.{c}", call=_path("Windows" in c)) for m in ("pathlib", "pathlib._local")
       for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")),
     DataGlobal("torch.torch_version.TorchVersion", new=_text, new_args=True),
+    *(DataGlobal(f"datetime.{k.__name__}", call=_moment(k)) for k in (datetime.datetime, datetime.date, datetime.time)),
+    DataGlobal("datetime.timedelta", call=_timedelta),
+    DataGlobal("datetime.timezone", call=_timezone),
 )}
 
 

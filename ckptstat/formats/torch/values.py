@@ -4,6 +4,7 @@ formats/dcp/objects.py; Megatron's common.pt, formats/dcp/megatron.py; a torch.s
 argparse.Namespace `args`, omegaconf `hyper_parameters`, data_classes.py)."""
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,8 @@ def inert(v: Any, depth: int = 0) -> Any:
         return f"torch.{v.name}"
     if isinstance(v, Named):      # a global named, never called
         return f"<{v.name}>"
+    if isinstance(v, (datetime.timedelta, datetime.timezone)):
+        return str(v)
     if isinstance(v, (NumpyArray, Unread)):
         return f"<{v!r}>" if isinstance(v, NumpyArray) else f"<{v.what}>"
     if depth < MAX_VALUE_DEPTH and isinstance(v, (list, tuple)) and len(v) <= MAX_VALUE_ITEMS:
