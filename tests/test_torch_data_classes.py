@@ -513,7 +513,8 @@ def test_datetimes_read_as_torch_gives_them(tmp_path):
 
 @pytest.mark.parametrize("pkl, words", [
     # a datetime whose packed state says month 13 (datetime's own check)
-    (b"\x80\x02cdatetime\ndatetime\nC\x0a\x07\xea\x0d\x01\x00\x00\x00\x00\x00\x00\x85R.", "datetime.datetime of a state it refuses"),
+    (b"\x80\x02cdatetime\ndatetime\nC\x0a\x07\xea\x0d\x01\x00\x00\x00\x00\x00\x00\x85R.",
+     "datetime.datetime of a state it refuses"),
     # a timedelta of 10**20 days
     (b"\x80\x02cdatetime\ntimedelta\n\x8a\x09\x00\x00\x10\x63\x2d\x5e\xc7\x6b\x05K\x00K\x00\x87R.", "out of range"),
     # a datetime whose zone is a string

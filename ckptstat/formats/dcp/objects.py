@@ -5,7 +5,8 @@ is a `BytesStorageMetadata` item: DefaultSavePlanner.resolve_data `torch.save`s 
 (default_planner.py), the writer copies those bytes into a `.distcp` file like a tensor's item, and DCP's load
 hands them to `torch.load(..., weights_only=False)` (DefaultLoadPlanner.load_bytes): a pickle that may import and
 call anything. Here it is unpickled with torch's weights_only allowlist as recording stubs (the torch reader's
-SafeUnpickler: nothing imported or called, opcodes and memory bounded); an item naming any other global is left
+SafeUnpickler: nothing imported or called, opcodes and memory bounded; training scripts' plain data, an
+argparse.Namespace, built as values: formats/torch/data_classes.py); an item calling any other global is left
 unread, with the global named, and `ckptstat scan` judges it (analysis/scan/loaders.py `OWN_LOADERS`). A value of
 plain types (None, bool, int, float, str, bytes, and lists, tuples and dicts of them, bounded) is kept as is.
 

@@ -50,7 +50,7 @@ class Contents:
     metadata: dict[str, str] = field(default_factory=dict)
     compressed: bool = False   # some storage record is compressed: values need a streaming reader
     pickle_bytes: int | None = None   # the object pickle's size: what walk() may name (unpickler.TENSOR_BYTES)
-    data_globals: frozenset[str] = frozenset()   # the training scripts' plain data it named (data_classes.py)
+    data_globals: frozenset[str] = frozenset()   # globals outside torch's allowlist it named, none called (data_classes.py)
 
 
 # ---------------------------------------------------------------------------------------------

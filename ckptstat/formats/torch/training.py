@@ -27,7 +27,8 @@ class DeepSpeedUnpickler(RecordingUnpickler):
     """A ZeRO `*_optim_states.pt` pickle names DeepSpeed classes beyond torch's weights_only allowlist (DeepSpeed
     loads it with weights_only=False): its loss scaler (deepspeed/runtime/fp16/loss_scaler.py), each parameter's
     slice of the flat partition (deepspeed/utils/tensor_fragment.py fragment_address) and the stage, an Enum of ints
-    (deepspeed/runtime/zero/config.py ZeroStageEnum). Recorded, never imported; any other global is refused."""
+    (deepspeed/runtime/zero/config.py ZeroStageEnum). Recorded, never imported; training scripts' plain data is read as
+    the torch reader reads it (data_classes.py), and a call or build of any other global is refused."""
 
     CLASSES = frozenset({"deepspeed.runtime.fp16.loss_scaler.LossScaler",
                          "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
