@@ -524,3 +524,18 @@ def test_datetimes_read_as_torch_gives_them(tmp_path):
 def test_malformed_datetimes_are_one_clear_error(tmp_path, pkl, words):
     with pytest.raises(CorruptCheckpointError, match=words):
         open_checkpoint(_zip(tmp_path, pkl))
+
+
+def test_a_whole_pickled_model_is_refused_saying_what_it_is(tmp_path, capsys):
+    """torch.save(model) pickles the model's classes, built by NEWOBJ: torch.load(weights_only=True) refuses it, and so
+    does the reader, in one line saying it is a pickled object and that ckptstat reads a state_dict's tensors."""
+    from ckptstat.cli import main
+
+    path = str(tmp_path / "model.pt")
+    torch.save({"model": torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU())}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
+    assert main(["summary", path]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "global 'torch.nn.modules.container.Sequential' (a pickled object" in err and "state_dict" in err

@@ -138,8 +138,12 @@ class Refused(Exception):
 
 
 class Forbidden(Exception):
-    """The pickle calls or builds a global that is neither in torch's allowlist nor plain data the reader knows
-    (its argument: the global's name); the unpickler turns it into an UnsafeCheckpointError."""
+    """The pickle calls or builds a global that is neither in torch's allowlist nor plain data the reader knows;
+    the unpickler turns it into an UnsafeCheckpointError naming the global (`name`) and how it was used."""
+
+    def __init__(self, name: str, built: bool = False):
+        super().__init__(name)
+        self.name, self.built = name, built
 
 
 @dataclass(frozen=True)

@@ -191,9 +191,13 @@ class SafeUnpickler(pickle._Unpickler):
         self.named.add(full)
         return Named(full)
 
-    def refusal(self, full: str) -> str:
-        return (f"{self.record} references global {full!r}, which is outside torch's weights_only allowlist and "
-                "is no training script's plain data ckptstat reads; refusing to load it (nothing was executed; "
+    def refusal(self, full: str, built: bool = False) -> str:
+        """The one line for a global outside the allowlist and the data table, `built` by NEWOBJ (a pickled object:
+        torch.save(model) writes the model's classes so) or otherwise named or called."""
+        whole = (" (a pickled object, as torch.save(model) writes: ckptstat reads the tensors of a state_dict, "
+                 "torch.save(model.state_dict()))") if built else ""
+        return (f"{self.record} references global {full!r}{whole}, which is outside torch's weights_only allowlist "
+                "and is no training script's plain data ckptstat reads; refusing to load it (nothing was executed; "
                 "`ckptstat scan` lists every global)")
 
     def persistent_load(self, pid: object) -> StorageRef:
@@ -227,7 +231,7 @@ class SafeUnpickler(pickle._Unpickler):
         args = self.stack.pop()
         cls = self.stack.pop()
         if isinstance(cls, Named):
-            raise Forbidden(cls.name)
+            raise Forbidden(cls.name, built=True)
         if isinstance(cls, DataGlobal) and isinstance(args, tuple):
             self.append(cls.built(args))
         elif cls in (OrderedDict, Counter):
@@ -292,7 +296,7 @@ class RecordingUnpickler(SafeUnpickler):
             return self.CALLS[full]
         return super().find_class(module, name)
 
-    def refusal(self, full: str) -> str:
+    def refusal(self, full: str, built: bool = False) -> str:
         return (f"{self.record} references global {full!r}, which is neither {self.WHAT} nor in torch's weights_only "
                 "allowlist nor a training script's plain data ckptstat reads; refusing to load it (nothing was executed)")
 
@@ -335,7 +339,7 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
         except Refused as e:
             raise CorruptCheckpointError(path, f"{record}: {e}") from None
         except Forbidden as e:
-            raise UnsafeCheckpointError(path, u.refusal(str(e))) from None
+            raise UnsafeCheckpointError(path, u.refusal(e.name, e.built)) from None
         except RecursionError:
             raise CorruptCheckpointError(path, f"{record}: pickle nests too deeply") from None
 
