@@ -62,7 +62,7 @@ CASES = {
     "timm": lambda: {"epoch": 12, "arch": "resnet50", "state_dict": _model(), "version": 2, "args": _timm_args(),
                      "metric": np.float64(76.25)},
     # fairseq < 0.10: args Namespace beside the model and extra_state
-    "fairseq": lambda: {"args": argparse.Namespace(arch="transformer", dropout=0.1, max_tokens=4096,
+    "fairseq": lambda: {"args": argparse.Namespace(arch="transformer", dropout=0.1, max_tokens=4096, phase=1 + 2j,
                                                    data="/data/wmt16"),
                         "model": _model(), "extra_state": {"epoch": 3, "best": np.float32(4.5)},
                         "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "num_updates": 100}]},

@@ -37,10 +37,12 @@ def inert(v: Any, depth: int = 0) -> Any:
         return f"torch.{v.name}"
     if isinstance(v, Named):      # a global named, never called
         return f"<{v.name}>"
-    if isinstance(v, (datetime.timedelta, datetime.timezone)):
+    if isinstance(v, (datetime.timedelta, datetime.timezone, complex)):
         return str(v)
-    if isinstance(v, (NumpyArray, Unread)):
-        return f"<{v!r}>" if isinstance(v, NumpyArray) else f"<{v.what}>"
+    if isinstance(v, NumpyArray):
+        return f"<{v!r}>"
+    if isinstance(v, Unread):
+        return f"<{v.what}>"
     if depth < MAX_VALUE_DEPTH and isinstance(v, (list, tuple)) and len(v) <= MAX_VALUE_ITEMS:
         return [inert(x, depth + 1) for x in v]
     if depth < MAX_VALUE_DEPTH and isinstance(v, dict) and len(v) <= MAX_VALUE_ITEMS \
