@@ -579,3 +579,17 @@ def test_mutated_data_pickles_read_or_give_one_error(tmp_path):
             kind = type(e).__name__
         outcomes[kind] = outcomes.get(kind, 0) + 1
     assert set(outcomes) <= {"read", "CorruptCheckpointError", "UnsafeCheckpointError"} and len(outcomes) == 3, outcomes
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_numpy_scalars_of_every_dtype_are_their_numbers(tmp_path, legacy):
+    """The unpickled object (formats/torch/containers.py) holds each numpy scalar as the number torch's load gives
+    back (`.item()`): 14 dtypes, both byte orders numpy writes here."""
+    from ckptstat.formats.torch.containers import read_legacy, read_zip
+
+    path, _ = _save(tmp_path, "scalars", legacy)
+    _, want = _oracle(path, _save(tmp_path / "zip", "scalars")[0] if legacy else None)
+    got = (read_legacy if legacy else read_zip)(path).obj["stats"]
+    assert set(got) == set(want["stats"])
+    for k, v in want["stats"].items():
+        assert got[k] == v.item() and type(got[k]) is type(v.item()), k
