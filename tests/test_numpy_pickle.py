@@ -175,6 +175,58 @@ def test_a_protocol_2_array_that_is_not_latin1_text_is_one_line(tmp_path, capsys
     _refused(path, capsys, "3 bytes of data for [2] F32")
 
 
+@pytest.mark.parametrize("protocol", [0, 1])
+def test_protocol_0_and_1_pickles_read_as_pickle_load_reads_them(tmp_path, capsys, protocol):
+    """Protocols 0 and 1 (no PROTO opcode; protocol 0 is text) write an array's bytes as `_codecs.encode(text,
+    'latin1')` too: a BINUNICODE at 1, a UNICODE line of raw-unicode-escape at 0 (a newline and a backslash escaped,
+    every other byte as it is). Every byte value, a 6.4 KB array not read at open, Fortran and big-endian arrays;
+    the oracle pickle.load, and stats equal to the protocol-4 save's."""
+    tree = {**_tree(), "every_byte": np.arange(256, dtype=np.uint8).reshape(16, 16)}
+    path = tmp_path / f"params-p{protocol}.pkl"
+    path.write_bytes(pickle.dumps(tree, protocol=protocol))
+    with open(path, "rb") as f:
+        want = {k: np.asarray(v) for k, v in flat_tree(pickle.load(f)).items()}
+    with open_checkpoint(str(path)) as ck:
+        assert sorted(ck.tensors) == sorted(want) and ck.metadata["pickle.protocol"] == "0 or 1"
+        for name, a in want.items():
+            assert list(ck[name].shape) == list(a.shape) and ck[name].dtype == dtypes.NUMPY_NAMES[a.dtype.name], name
+            assert np.array_equal(ck.read(name).reshape(-1), a.reshape(-1), equal_nan=True), name
+            assert ck[name].extra["latin1"][2] == ("raw_unicode_escape" if protocol == 0 else "utf-8"), name
+    p4 = tmp_path / "params-p4.pkl"
+    p4.write_bytes(pickle.dumps(tree, protocol=4))
+    runs = []
+    for p in (p4, path):
+        assert main(["stats", str(p), "--json"]) == 0
+        runs.append([{k: v for k, v in t.items() if k != "file"} for t in json.loads(capsys.readouterr().out)["tensors"]])
+    assert runs[1] == [{k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v for k, v in t.items()}
+                       for t in runs[0]]
+
+
+def _p0_with_line(line: bytes, values: int = 2000) -> bytes:
+    """A protocol-0 pickle of one float32 array of `values` values whose UNICODE line is `line`."""
+    good = pickle.dumps({"w": np.arange(values, dtype=np.float32)}, protocol=0)
+    longest = max(good.split(b"\n"), key=len)   # the data's line: MARK, then the UNICODE opcode and its text
+    assert longest.startswith(b"(V")
+    at = good.index(longest + b"\n") + 2
+    return good[:at] + line + good[at + len(longest) - 2:]
+
+
+def test_a_protocol_0_line_that_is_not_latin1_text_is_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.pkl"
+    path.write_bytes(_p0_with_line(b"\\u0101" * 8000))   # 8,000 characters over 255 (a long line: read on use)
+    assert main([str(path)]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not latin-1" in err and "Traceback" not in err, err
+    path.write_bytes(_p0_with_line(b"\x00" * 3, values=2))   # 3 bytes for 8 (a short line: decoded at open)
+    _refused(path, capsys, "3 bytes of data for [2] F32")
+    path.write_bytes(_p0_with_line(b"\\u00zz", values=2))   # not raw-unicode-escape
+    _refused(path, capsys, "not raw-unicode-escape")
+    path.write_bytes(pickle.dumps({"w": np.arange(3000, dtype=np.float32)}, protocol=0)[:9000])   # cut in the line
+    assert main(["stats", str(path)]) != 0 and "Traceback" not in capsys.readouterr().err
+
+
 def test_a_pickle_calling_anything_else_is_refused_and_nothing_runs(tmp_path, capsys):
     marker = tmp_path / "ran"
     payload = pickle.dumps({"w": np.zeros(2, np.float32)}, protocol=4)[:-2]   # (the dict left open)

@@ -33,20 +33,21 @@ class Latin1Reader:
     def __call__(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
         if info.offset is not None:   # an array stored as bytes beside the latin-1 ones
             return read_flat_file(info, start, count)
-        at, length = cast("tuple[int, int]", info.extra["latin1"])
+        at, length, codec = cast("tuple[int, int, str]", info.extra["latin1"])
         cap = limits().spill_bytes
         if info.nbytes > cap:
             raise CheckpointError(self.path, f"array {info.name!r}: its {info.nbytes:,} bytes, stored as latin-1 text, "
                                              f"are decoded to a temporary file, more than {cap:,} (--limit spill_bytes=N)")
-        spill = self.spill.get((at, length), partial(self._decode, info, at, length))
+        spill = self.spill.get((at, length), partial(self._decode, info, at, length, codec))
         itemsize = info.dt.bits // 8
         view = read_view(RawFile(spill, self.path), 0, itemsize, info.shape, info.stride or contiguous_strides(info.shape),
                          start, count)
         return dtypes.decode(view, info.dtype, count, info.byteorder)
 
-    def _decode(self, info: TensorInfo, at: int, length: int, spill: IO[bytes]) -> None:
-        """The array's bytes from its UTF-8 text at `at`, checked as _codecs.encode(text, 'latin1') checks them."""
-        decoder = codecs.getincrementaldecoder("utf-8")()
+    def _decode(self, info: TensorInfo, at: int, length: int, codec: str, spill: IO[bytes]) -> None:
+        """The array's bytes from its text at `at` (UTF-8, or protocol 0's raw-unicode-escape), checked as
+        _codecs.encode(text, 'latin1') checks them."""
+        decoder = codecs.getincrementaldecoder(codec)()
         written, done = 0, 0
         try:
             with open_regular(self.path) as f:
@@ -63,7 +64,7 @@ class Latin1Reader:
                         break
                     spill.write(out)
         except (UnicodeDecodeError, UnicodeEncodeError) as e:
-            raise CorruptCheckpointError(self.path, f"array {info.name!r}: its text is not latin-1 in UTF-8 "
+            raise CorruptCheckpointError(self.path, f"array {info.name!r}: its text is not latin-1 in {codec} "
                                                     f"({e.reason}), which _codecs.encode(text, 'latin1') raises on") from None
         if written != info.nbytes:
             raise CorruptCheckpointError(self.path, f"array {info.name!r}: its text holds {written:,}+ bytes for "

@@ -8,6 +8,8 @@ What `pickle.dump` writes for an ndarray (numpy/_core/src/multiarray/methods.c `
   `_codecs.encode(text, 'latin1')` of a BINUNICODE whose UTF-8 holds each byte as one or two: read by decoding it,
   formats/latin1.py; Python 2's pickle.dump wrote them as a `str`, BINSTRING, the bytes as they are, which Python 3
   reads with `pickle.load(f, encoding='latin1')`, numpy's advice);
+- protocols 0 and 1 (no PROTO opcode): the same REDUCE and BUILD, the data `_codecs.encode(text, 'latin1')` of a
+  BINUNICODE at 1, of a UNICODE line of raw-unicode-escape at 0 (text: its place recorded, decoded on read);
 - protocol 5: REDUCE of `numpy._core.numeric._frombuffer(buffer, dtype, shape, order)`, the buffer in-band as
   BYTEARRAY8 (a writable array) or BINBYTES;
 - a numpy scalar: `numpy._core.multiarray.scalar(dtype, bytes)`. (numpy < 2 spells the modules `numpy.core.*`.)
@@ -41,6 +43,7 @@ NAME = "pickle (numpy arrays)"
 PADDLE_SUFFIXES = (".pdparams", ".pdopt")
 PADDLE_KEY = "StructuredToParameterName@@"
 INLINE = 4096           # bytes payloads up to this size are read (dtype codes, small arrays in a frame)
+LINE_BLOCK = 1 << 20    # a protocol-0 text line is read this much at a time, only its length kept when long
 MAX_DEPTH = 64          # containers followed when naming arrays
 _MODULES = ("numpy._core", "numpy.core")
 
@@ -82,35 +85,41 @@ def _scalar(dtype: object, data: object = None) -> _Array:
     return a
 
 
+# How a string's bytes are written: BINUNICODE's UTF-8, protocol 0's UNICODE line (raw-unicode-escape: a character
+# below 256 as its latin-1 byte, `\` and newline as `\u005c` and `\u000a`), and the most bytes each writes a char.
+TEXT_CODECS = {"utf-8": 2, "raw_unicode_escape": 6}
+
+
 class _Text(str):
-    """A string the pickle holds and where its bytes are: a Python 2 `str` (BINSTRING: the bytes as they are) or a
-    BINUNICODE (UTF-8 text, which `_codecs.encode(text, 'latin1')` turns back into bytes at protocol 2). A long one
-    is not read: its value is empty, its span says where it is."""
+    """A string the pickle holds and where its bytes are: a Python 2 `str` (BINSTRING: the bytes as they are, `codec`
+    None), a BINUNICODE or a protocol-0 UNICODE line (text in `codec`, which `_codecs.encode(text, 'latin1')` turns
+    back into bytes at protocols 0 to 2). A long one is not read: its value is empty, its span says where it is."""
     span: Span
-    utf8: bool
+    codec: str | None
 
 
-def _text(value: str, span: Span, utf8: bool) -> _Text:
+def _text(value: str, span: Span, codec: str | None) -> _Text:
     t = _Text(value)
-    t.span, t.utf8 = span, utf8
+    t.span, t.codec = span, codec
     return t
 
 
 @dataclass(frozen=True)
 class Latin1:
-    """An array's bytes stored as the UTF-8 of their latin-1 text (`_codecs.encode(text, 'latin1')`, protocol 2):
-    `length` bytes of UTF-8 at `offset` (formats/latin1.py decodes them)."""
+    """An array's bytes stored as their latin-1 text (`_codecs.encode(text, 'latin1')`, protocols 0 to 2): `length`
+    bytes of that text in `codec` at `offset` (formats/latin1.py decodes them)."""
     offset: int
     length: int
+    codec: str = "utf-8"
 
 
 def _latin1(text: object, encoding: object = "utf-8", *args: object) -> object:
-    """`_codecs.encode(text, 'latin1')`, the bytes of a protocol-2 pickle: where its text is, to decode on read."""
-    if not isinstance(text, _Text) or not text.utf8 or str(encoding).lower().replace("-", "") not in ("latin1", "l1",
-                                                                                                      "iso88591"):
-        raise Refused(f"_codecs.encode of {type(text).__name__} with encoding {str(encoding)[:32]!r}: not a protocol-2 "
-                      "pickle's bytes")
-    return Latin1(text.span.offset, text.span.length)
+    """`_codecs.encode(text, 'latin1')`, the bytes of a protocol 0-2 pickle: where its text is, to decode on read."""
+    if not isinstance(text, _Text) or text.codec is None or \
+            str(encoding).lower().replace("-", "") not in ("latin1", "l1", "iso88591"):
+        raise Refused(f"_codecs.encode of {type(text).__name__} with encoding {str(encoding)[:32]!r}: not a protocol "
+                      "0-2 pickle's bytes")
+    return Latin1(text.span.offset, text.span.length, text.codec)
 
 
 class _NumpyUnpickler(RecordingUnpickler):
@@ -146,7 +155,37 @@ class _NumpyUnpickler(RecordingUnpickler):
         self.python2 = self.python2 or not utf8
         span, data = self._payload(n)
         self.append(_text("" if data is None else data.decode("utf-8", "surrogatepass") if utf8 else
-                          data.decode("latin-1"), span, utf8))
+                          data.decode("latin-1"), span, "utf-8" if utf8 else None))
+
+    def load_unicode(self) -> None:
+        """Protocol 0's UNICODE: a line of raw-unicode-escape text, read a block at a time and kept only when short
+        (an array's bytes, at protocol 0, are `_codecs.encode` of one)."""
+        frame = getattr(getattr(self, "_unframer", None), "current_frame", None)
+        if frame is not None:   # (inside a protocol-4 frame: the line is in memory already)
+            at = self.stream.tell() - (len(frame.getbuffer()) - frame.tell())
+            line = self.readline()
+        else:
+            at, parts, size = self.stream.tell(), [], 0
+            while True:
+                block = self.stream.readline(LINE_BLOCK)
+                if not block:
+                    break
+                size += len(block)
+                if size <= INLINE + 1:
+                    parts.append(block)
+                if block.endswith(b"\n"):
+                    break
+            line = b"".join(parts) if size <= INLINE + 1 else b"\n"
+            if size > INLINE + 1:
+                self.append(_text("", Span(at, size - 1), "raw_unicode_escape"))
+                return
+        if not line.endswith(b"\n"):
+            raise Refused("a UNICODE line the pickle ends in")
+        try:
+            value = line[:-1].decode("raw_unicode_escape")
+        except UnicodeDecodeError as e:
+            raise Refused(f"a UNICODE line that is not raw-unicode-escape ({e.reason})") from None
+        self.append(_text(value, Span(at, len(line) - 1), "raw_unicode_escape"))
 
     def load_short_binstring(self) -> None:
         self._string(self.read(1)[0], False)
@@ -188,6 +227,7 @@ _NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,
                             pickle.SHORT_BINSTRING[0]: guarded(_NumpyUnpickler.load_short_binstring, False),
                             pickle.BINSTRING[0]: guarded(_NumpyUnpickler.load_binstring, False),
                             pickle.BINUNICODE[0]: guarded(_NumpyUnpickler.load_binunicode, False),
+                            pickle.UNICODE[0]: guarded(_NumpyUnpickler.load_unicode, False),
                             pickle.BUILD[0]: guarded(_NumpyUnpickler.load_build, False)}
 
 
@@ -211,22 +251,24 @@ def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:
     dtype, order = _dtype_of(path, name, dt)
     if paddle and dtype == "U16":
         dtype = "BF16"
-    if isinstance(data, _Text) and not data.utf8:   # a Python 2 str: the bytes as they are
+    if isinstance(data, _Text) and data.codec is None:   # a Python 2 str: the bytes as they are
         data = data.span
     if not isinstance(data, (Span, Latin1)):
         raise CorruptCheckpointError(path, f"array {name!r}: its data is not a bytes payload")
     n = math.prod(shape) if shape else 1
     want = dtypes.get(dtype).nbytes(n)
-    if data.length != want if isinstance(data, Span) else not want <= data.length <= 2 * want:
+    most = TEXT_CODECS[data.codec] if isinstance(data, Latin1) else 1
+    if data.length != want if isinstance(data, Span) else not want <= data.length <= most * want:
         raise CorruptCheckpointError(path, f"array {name!r}: {data.length:,} bytes of data for {list(shape)} "
-                                           f"{dtype} ({want:,} bytes" + (", as latin-1 text in UTF-8: one or two a "
-                                                                          "byte)" if isinstance(data, Latin1) else ")"))
+                                           f"{dtype} ({want:,} bytes" + (f", as latin-1 text in {data.codec}: 1 to "
+                                                                          f"{most} a byte)" if isinstance(data, Latin1)
+                                                                          else ")"))
     stride = None
     if fortran is True and len(shape) > 1:
         stride = tuple(math.prod(shape[:i]) for i in range(len(shape)))
     if isinstance(data, Latin1):   # decoded as read (formats/latin1.py)
         return TensorInfo(name, dtype, tuple(shape), path, None, want, byteorder=order, stride=stride,
-                          extra={"latin1": (data.offset, data.length)})
+                          extra={"latin1": (data.offset, data.length, data.codec)})
     return TensorInfo(name, dtype, tuple(shape), path, data.offset, data.length, byteorder=order, stride=stride)
 
 
@@ -237,18 +279,25 @@ def _walk(path: str, obj: object, paddle: bool) -> dict[str, TensorInfo]:
             for name, a in named_leaves(obj, (_Array,), MAX_DEPTH, too_deep, lambda key: key == PADDLE_KEY)}
 
 
+# What a protocol 0 or 1 pickle of numpy arrays starts with (they have no PROTO): a dict, a list, a tuple's MARK, the
+# _reconstruct GLOBAL of a lone array.
+_OLD_STARTS = b"(}]c"
+
+
 def accept(probe: Probe) -> bool:
-    """A pickle (PROTO 2-5) that is not torch's legacy file (its magic number) nor joblib's, and rebuilds a numpy
-    array within its first bytes."""
+    """A pickle (PROTO 2-5, or protocol 0 or 1: no PROTO) that is not torch's legacy file (its magic number) nor
+    joblib's, and rebuilds a numpy array within its first bytes."""
     h = probe.head
-    if len(h) < 3 or h[0] != 0x80 or not 2 <= h[1] <= 5 or is_legacy_head(h):   # (torch's magic number, pickled)
+    new = len(h) >= 3 and h[0] == 0x80 and 2 <= h[1] <= 5
+    if len(h) < 3 or not (new or h[0] in _OLD_STARTS) or is_legacy_head(h):   # (torch's magic number, pickled)
         return False
     return b"numpy" in h and (b"_reconstruct" in h or b"_frombuffer" in h) and b"joblib" not in h
 
 
 def open_numpy_pickle(path: str) -> Checkpoint:
     with open_regular(path) as f:
-        protocol = f.read(2)[1:]   # (PROTO's argument: accept saw it)
+        head = f.read(2)
+        protocol = str(head[1]) if head[:1] == b"\x80" else "0 or 1"   # (PROTO's argument; none before protocol 2)
         f.seek(0)
         obj, u = unpickle(f, path, "pickle", storages=False, limit=size_of(f), unpickler=_NumpyUnpickler)
     paddle = path.endswith(PADDLE_SUFFIXES) or (isinstance(obj, dict) and PADDLE_KEY in obj)
@@ -262,12 +311,12 @@ def open_numpy_pickle(path: str) -> Checkpoint:
         notes.append("PaddlePaddle stores bfloat16 as numpy uint16 (paddle.load reads it back as bfloat16): read as BF16")
     latin1 = sum("latin1" in t.extra for t in tensors.values())
     if latin1:
-        notes.append(f"{latin1:,} array(s) stored as latin-1 text (protocol 2 has no bytes opcode: "
-                     "_codecs.encode(text, 'latin1')): values decoded from the file's UTF-8 as they are read")
+        notes.append(f"{latin1:,} array(s) stored as latin-1 text (protocols 0 to 2 have no bytes opcode: "
+                     "_codecs.encode(text, 'latin1')): values decoded from the file's text as they are read")
     if py2:
         notes.append("written by Python 2 (arrays' bytes as str): read as pickle.load(f, encoding='latin1') reads it")
     ckpt = Checkpoint(path=path, format=NAME, tensors=tensors, files=(path,), notes=notes, ordered=True,
-                      metadata={"pickle.protocol": str(protocol[0] if protocol else 0),
+                      metadata={"pickle.protocol": protocol,
                                 "pickle.writer": "paddle.save" if paddle else "pickle.dump" + (" (Python 2)" if py2
                                                                                                 else "")})
     if latin1:

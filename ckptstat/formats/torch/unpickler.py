@@ -131,6 +131,7 @@ class SafeUnpickler(pickle._Unpickler):
     metastack: list[list[Any]]
     append: Callable[[object], None]
     read: Callable[[int], bytes]
+    readline: Callable[[], bytes]
     readinto: Callable[[bytearray], int]
 
     dispatch = {k: guarded(f, bytes([k]) in _CONTAINER_OPS, _COSTS.get(bytes([k]), 0))
