@@ -202,6 +202,68 @@ def test_protocol_0_and_1_pickles_read_as_pickle_load_reads_them(tmp_path, capsy
                        for t in runs[0]]
 
 
+class _Python2TextPickler(pickle._Pickler):
+    """Python 3's pickler writing str and bytes as Python 2's protocol 0 wrote its `str`: STRING, the repr on one line
+    (Python 3's bytes repr is Python 2's str repr: `\\x..` escapes, the quote it needs), numpy's module as numpy < 2
+    spelled it: what `pickle.dump(params, f)` wrote in Python 2."""
+
+    def save_bytes(self, obj):
+        self.write(pickle.STRING + repr(obj)[1:].encode("ascii") + b"\n")
+        self.memoize(obj)
+
+    def save_str(self, obj):
+        self.write(pickle.STRING + repr(obj.encode("latin-1"))[1:].encode("ascii") + b"\n")
+
+    dispatch = {**pickle._Pickler.dispatch, bytes: save_bytes, str: save_str}
+
+
+def _python2_p0(tree) -> bytes:
+    buf = io.BytesIO()
+    _Python2TextPickler(buf, protocol=0).dump(tree)
+    return buf.getvalue().replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+
+
+def test_python_2_protocol_0_pickles_read_as_pickle_load_reads_them(tmp_path, capsys):
+    """Python 2's default: protocol 0, an array's bytes a STRING line of the str's repr; the oracle
+    pickle.load(f, encoding='latin1'), and stats equal to the protocol-4 save's."""
+    tree = {**_tree(), "every_byte": np.arange(256, dtype=np.uint8), "quotes": np.frombuffer(b"'\"\\\n", np.uint8)}
+    path = tmp_path / "params-py2-p0.pkl"
+    path.write_bytes(_python2_p0(tree))
+    with open(path, "rb") as f:
+        want = {k: np.asarray(v) for k, v in flat_tree(pickle.load(f, encoding="latin1")).items()}
+    with open_checkpoint(str(path)) as ck:
+        assert sorted(ck.tensors) == sorted(want) and ck.metadata["pickle.writer"] == "pickle.dump (Python 2)"
+        for name, a in want.items():
+            assert list(ck[name].shape) == list(a.shape) and ck[name].dtype == dtypes.NUMPY_NAMES[a.dtype.name], name
+            assert np.array_equal(ck.read(name).reshape(-1), a.reshape(-1), equal_nan=True), name
+    p4 = tmp_path / "params-p4.pkl"
+    p4.write_bytes(pickle.dumps(tree, protocol=4))
+    runs = []
+    for p in (p4, path):
+        assert main(["stats", str(p), "--json"]) == 0
+        runs.append([{k: v for k, v in t.items() if k != "file"} for t in json.loads(capsys.readouterr().out)["tensors"]])
+    assert runs[1] == [{k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v for k, v in t.items()}
+                       for t in runs[0]]
+
+
+def test_a_python_2_string_line_that_is_not_a_repr_is_one_line(tmp_path, capsys):
+    good = _python2_p0({"w": np.arange(3000, dtype=np.float32)})
+    longest = max(good.split(b"\n"), key=len)   # the data's STRING line (a MARK before it)
+    at = good.index(longest)
+    path = tmp_path / "bad.pkl"
+    path.write_bytes(good[:at] + longest.replace(b"\\x", b"\\x4\\x", 1) + good[at + len(longest):])   # long: on read
+    assert main([str(path)]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    small = _python2_p0({"w": np.arange(2, dtype=np.float32)})
+    path.write_bytes(small.replace(b"S'\\x00", b"S\\x00", 1))   # not quoted
+    _refused(path, capsys, "not quoted")
+    path.write_bytes(small.replace(b"S'\\x00", b"S'\\x0", 1))   # \x0 then a quote: not a repr
+    _refused(path, capsys, "not a str's repr")
+
+
 def _p0_with_line(line: bytes, values: int = 2000) -> bytes:
     """A protocol-0 pickle of one float32 array of `values` values whose UNICODE line is `line`."""
     good = pickle.dumps({"w": np.arange(values, dtype=np.float32)}, protocol=0)

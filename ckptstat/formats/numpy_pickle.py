@@ -9,7 +9,8 @@ What `pickle.dump` writes for an ndarray (numpy/_core/src/multiarray/methods.c `
   formats/latin1.py; Python 2's pickle.dump wrote them as a `str`, BINSTRING, the bytes as they are, which Python 3
   reads with `pickle.load(f, encoding='latin1')`, numpy's advice);
 - protocols 0 and 1 (no PROTO opcode): the same REDUCE and BUILD, the data `_codecs.encode(text, 'latin1')` of a
-  BINUNICODE at 1, of a UNICODE line of raw-unicode-escape at 0 (text: its place recorded, decoded on read);
+  BINUNICODE at 1, of a UNICODE line of raw-unicode-escape at 0 (text: its place recorded, decoded on read); Python
+  2's protocol 0 wrote them as its `str`, a STRING line of the repr (decoded on read with `unicode_escape`);
 - protocol 5: REDUCE of `numpy._core.numeric._frombuffer(buffer, dtype, shape, order)`, the buffer in-band as
   BYTEARRAY8 (a writable array) or BINBYTES;
 - a numpy scalar: `numpy._core.multiarray.scalar(dtype, bytes)`. (numpy < 2 spells the modules `numpy.core.*`.)
@@ -23,6 +24,7 @@ PaddlePaddle stores a bfloat16 tensor as a numpy uint16 array and `paddle.load` 
 the `StructuredToParameterName@@` key paddle.save adds) U16 arrays are read as BF16, and a note says so."""
 from __future__ import annotations
 
+import codecs
 import io
 import math
 import pickle
@@ -87,7 +89,7 @@ def _scalar(dtype: object, data: object = None) -> _Array:
 
 # How a string's bytes are written: BINUNICODE's UTF-8, protocol 0's UNICODE line (raw-unicode-escape: a character
 # below 256 as its latin-1 byte, `\` and newline as `\u005c` and `\u000a`), and the most bytes each writes a char.
-TEXT_CODECS = {"utf-8": 2, "raw_unicode_escape": 6}
+TEXT_CODECS = {"utf-8": 2, "raw_unicode_escape": 6, "unicode_escape": 4}   # (the last: Python 2's repr, `\\xff`)
 
 
 class _Text(str):
@@ -157,35 +159,53 @@ class _NumpyUnpickler(RecordingUnpickler):
         self.append(_text("" if data is None else data.decode("utf-8", "surrogatepass") if utf8 else
                           data.decode("latin-1"), span, "utf-8" if utf8 else None))
 
-    def load_unicode(self) -> None:
-        """Protocol 0's UNICODE: a line of raw-unicode-escape text, read a block at a time and kept only when short
-        (an array's bytes, at protocol 0, are `_codecs.encode` of one)."""
+    def _line(self) -> tuple[int, int, bytes | None, bytes]:
+        """The next text line (protocol 0's UNICODE and STRING arguments): where it starts, its length without the
+        newline, the line itself when short (else None: read a block at a time, never held whole), and its last byte
+        and first (quotes, for STRING)."""
         frame = getattr(getattr(self, "_unframer", None), "current_frame", None)
         if frame is not None:   # (inside a protocol-4 frame: the line is in memory already)
             at = self.stream.tell() - (len(frame.getbuffer()) - frame.tell())
             line = self.readline()
-        else:
-            at, parts, size = self.stream.tell(), [], 0
-            while True:
-                block = self.stream.readline(LINE_BLOCK)
-                if not block:
-                    break
-                size += len(block)
-                if size <= INLINE + 1:
-                    parts.append(block)
-                if block.endswith(b"\n"):
-                    break
-            line = b"".join(parts) if size <= INLINE + 1 else b"\n"
-            if size > INLINE + 1:
-                self.append(_text("", Span(at, size - 1), "raw_unicode_escape"))
-                return
-        if not line.endswith(b"\n"):
-            raise Refused("a UNICODE line the pickle ends in")
+            if not line.endswith(b"\n"):
+                raise Refused("a text line the pickle ends in")
+            return at, len(line) - 1, line[:-1], line[:1] + line[-2:-1]
+        at, parts, size, first, last = self.stream.tell(), [], 0, b"", b""
+        while True:
+            block = self.stream.readline(LINE_BLOCK)
+            if not block:
+                raise Refused("a text line the pickle ends in")
+            first, size = first or block[:1], size + len(block)
+            if size <= INLINE + 1:
+                parts.append(block)
+            if block.endswith(b"\n"):
+                last = block[-2:-1] or last   # (a block of the newline alone: the byte before ended the last one)
+                break
+            last = block[-1:]
+        return at, size - 1, b"".join(parts)[:-1] if size <= INLINE + 1 else None, first + last
+
+    def load_unicode(self) -> None:
+        """Protocol 0's UNICODE: a line of raw-unicode-escape text, kept only when short (an array's bytes, at
+        protocol 0, are `_codecs.encode` of one)."""
+        at, length, line, _ = self._line()
         try:
-            value = line[:-1].decode("raw_unicode_escape")
+            value = "" if line is None else line.decode("raw_unicode_escape")
         except UnicodeDecodeError as e:
             raise Refused(f"a UNICODE line that is not raw-unicode-escape ({e.reason})") from None
-        self.append(_text(value, Span(at, len(line) - 1), "raw_unicode_escape"))
+        self.append(_text(value, Span(at, length), "raw_unicode_escape"))
+
+    def load_string(self) -> None:
+        """Python 2's protocol-0 `str`: STRING, a quoted line of its repr (`\\x..` escapes), which Python 3 reads
+        with `pickle.load(f, encoding='latin1')`; an array's bytes as it wrote them."""
+        self.python2 = True
+        at, length, line, ends = self._line()
+        if length < 2 or ends[:1] != ends[1:] or ends[:1] not in (b"'", b'"'):
+            raise Refused("a STRING line that is not quoted")
+        try:
+            value = "" if line is None else codecs.escape_decode(line[1:-1])[0].decode("latin-1")
+        except ValueError as e:
+            raise Refused(f"a STRING line that is not a str's repr ({e})") from None
+        self.append(_text(value, Span(at + 1, length - 2), "unicode_escape"))
 
     def load_short_binstring(self) -> None:
         self._string(self.read(1)[0], False)
@@ -228,6 +248,7 @@ _NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,
                             pickle.BINSTRING[0]: guarded(_NumpyUnpickler.load_binstring, False),
                             pickle.BINUNICODE[0]: guarded(_NumpyUnpickler.load_binunicode, False),
                             pickle.UNICODE[0]: guarded(_NumpyUnpickler.load_unicode, False),
+                            pickle.STRING[0]: guarded(_NumpyUnpickler.load_string, False),
                             pickle.BUILD[0]: guarded(_NumpyUnpickler.load_build, False)}
 
 
@@ -253,6 +274,8 @@ def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:
         dtype = "BF16"
     if isinstance(data, _Text) and data.codec is None:   # a Python 2 str: the bytes as they are
         data = data.span
+    elif isinstance(data, _Text) and data.codec == "unicode_escape":   # a Python 2 str's repr (protocol 0)
+        data = Latin1(data.span.offset, data.span.length, data.codec)
     if not isinstance(data, (Span, Latin1)):
         raise CorruptCheckpointError(path, f"array {name!r}: its data is not a bytes payload")
     n = math.prod(shape) if shape else 1
@@ -311,8 +334,9 @@ def open_numpy_pickle(path: str) -> Checkpoint:
         notes.append("PaddlePaddle stores bfloat16 as numpy uint16 (paddle.load reads it back as bfloat16): read as BF16")
     latin1 = sum("latin1" in t.extra for t in tensors.values())
     if latin1:
-        notes.append(f"{latin1:,} array(s) stored as latin-1 text (protocols 0 to 2 have no bytes opcode: "
-                     "_codecs.encode(text, 'latin1')): values decoded from the file's text as they are read")
+        notes.append(f"{latin1:,} array(s) stored as text (protocols 0 to 2 have no bytes opcode: "
+                     "_codecs.encode(text, 'latin1'), or at protocol 0 a str's repr): values decoded from "
+                     "the file's text as they are read")
     if py2:
         notes.append("written by Python 2 (arrays' bytes as str): read as pickle.load(f, encoding='latin1') reads it")
     ckpt = Checkpoint(path=path, format=NAME, tensors=tensors, files=(path,), notes=notes, ordered=True,
