@@ -184,14 +184,21 @@ def test_protocol_0_and_1_pickles_read_as_pickle_load_reads_them(tmp_path, capsy
     tree = {**_tree(), "every_byte": np.arange(256, dtype=np.uint8).reshape(16, 16)}
     path = tmp_path / f"params-p{protocol}.pkl"
     path.write_bytes(pickle.dumps(tree, protocol=protocol))
+    with open_checkpoint(_reads_as_pickle_load(path, tree, tmp_path, capsys)) as ck:
+        assert ck.metadata["pickle.protocol"] == "0 or 1"
+        assert {t.extra["latin1"][2] for t in ck.tensors.values()} == {"raw_unicode_escape" if protocol == 0 else "utf-8"}
+
+
+def _reads_as_pickle_load(path, tree, tmp_path, capsys) -> str:
+    """Every array of the pickle at `path` is what pickle.load(f, encoding='latin1') gives (shape, dtype, values), and
+    `stats` of it equal those of `tree` saved at protocol 4."""
     with open(path, "rb") as f:
-        want = {k: np.asarray(v) for k, v in flat_tree(pickle.load(f)).items()}
+        want = {k: np.asarray(v) for k, v in flat_tree(pickle.load(f, encoding="latin1")).items()}
     with open_checkpoint(str(path)) as ck:
-        assert sorted(ck.tensors) == sorted(want) and ck.metadata["pickle.protocol"] == "0 or 1"
+        assert sorted(ck.tensors) == sorted(want)
         for name, a in want.items():
             assert list(ck[name].shape) == list(a.shape) and ck[name].dtype == dtypes.NUMPY_NAMES[a.dtype.name], name
             assert np.array_equal(ck.read(name).reshape(-1), a.reshape(-1), equal_nan=True), name
-            assert ck[name].extra["latin1"][2] == ("raw_unicode_escape" if protocol == 0 else "utf-8"), name
     p4 = tmp_path / "params-p4.pkl"
     p4.write_bytes(pickle.dumps(tree, protocol=4))
     runs = []
@@ -200,6 +207,7 @@ def test_protocol_0_and_1_pickles_read_as_pickle_load_reads_them(tmp_path, capsy
         runs.append([{k: v for k, v in t.items() if k != "file"} for t in json.loads(capsys.readouterr().out)["tensors"]])
     assert runs[1] == [{k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v for k, v in t.items()}
                        for t in runs[0]]
+    return str(path)
 
 
 class _Python2TextPickler(pickle._Pickler):
@@ -229,21 +237,8 @@ def test_python_2_protocol_0_pickles_read_as_pickle_load_reads_them(tmp_path, ca
     tree = {**_tree(), "every_byte": np.arange(256, dtype=np.uint8), "quotes": np.frombuffer(b"'\"\\\n", np.uint8)}
     path = tmp_path / "params-py2-p0.pkl"
     path.write_bytes(_python2_p0(tree))
-    with open(path, "rb") as f:
-        want = {k: np.asarray(v) for k, v in flat_tree(pickle.load(f, encoding="latin1")).items()}
-    with open_checkpoint(str(path)) as ck:
-        assert sorted(ck.tensors) == sorted(want) and ck.metadata["pickle.writer"] == "pickle.dump (Python 2)"
-        for name, a in want.items():
-            assert list(ck[name].shape) == list(a.shape) and ck[name].dtype == dtypes.NUMPY_NAMES[a.dtype.name], name
-            assert np.array_equal(ck.read(name).reshape(-1), a.reshape(-1), equal_nan=True), name
-    p4 = tmp_path / "params-p4.pkl"
-    p4.write_bytes(pickle.dumps(tree, protocol=4))
-    runs = []
-    for p in (p4, path):
-        assert main(["stats", str(p), "--json"]) == 0
-        runs.append([{k: v for k, v in t.items() if k != "file"} for t in json.loads(capsys.readouterr().out)["tensors"]])
-    assert runs[1] == [{k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v for k, v in t.items()}
-                       for t in runs[0]]
+    with open_checkpoint(_reads_as_pickle_load(path, tree, tmp_path, capsys)) as ck:
+        assert ck.metadata["pickle.writer"] == "pickle.dump (Python 2)"
 
 
 def test_a_python_2_string_line_that_is_not_a_repr_is_one_line(tmp_path, capsys):
