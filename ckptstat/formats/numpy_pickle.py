@@ -39,6 +39,7 @@ from .latin1 import Latin1Reader
 from .registry import Format, Probe, register
 from .torch.allowlist import Refused
 from .torch.containers import is_legacy_head
+from .torch.data_classes import NumpyDType
 from .torch.unpickler import Record, RecordingUnpickler, guarded, named_leaves, unpickle
 
 NAME = "pickle (numpy arrays)"
@@ -58,7 +59,7 @@ class Span:
 
 
 class _Array(Record):
-    """An ndarray the pickle rebuilds: (shape, dtype Record, fortran order, Span) once BUILD gives its state."""
+    """An ndarray the pickle rebuilds: (shape, NumpyDType, fortran order, Span) once BUILD gives its state."""
 
     def __init__(self, args: tuple[Any, ...] = ()) -> None:
         super().__init__("ndarray")
@@ -73,12 +74,6 @@ def _reconstruct(*args: object) -> _Array:
 
 def _frombuffer(*args: object) -> _Array:
     return _Array(tuple(args))
-
-
-def _dtype(code: object, *args: object) -> Record:
-    """numpy.dtype(code, align, copy): its code kept in the kind; BUILD gives it (code, its (version, byteorder, ...)
-    state)."""
-    return Record(f"dtype:{code}")
 
 
 def _scalar(dtype: object, data: object = None) -> _Array:
@@ -128,7 +123,7 @@ class _NumpyUnpickler(RecordingUnpickler):
     CALLS = {**{f"{m}.multiarray._reconstruct": _reconstruct for m in _MODULES},
              **{f"{m}.numeric._frombuffer": _frombuffer for m in _MODULES},
              **{f"{m}.multiarray.scalar": _scalar for m in _MODULES},
-             "numpy.ndarray": _reconstruct, "numpy.dtype": _dtype, "_codecs.encode": _latin1}
+             "numpy.ndarray": _reconstruct, "numpy.dtype": NumpyDType, "_codecs.encode": _latin1}
     WHAT = "a numpy array's reconstruction"
 
     def _payload(self, n: int) -> tuple[Span, bytes | None]:
@@ -231,13 +226,6 @@ class _NumpyUnpickler(RecordingUnpickler):
     def load_bytearray8(self) -> None:
         self._span(struct.unpack("<Q", self.read(8))[0])
 
-    def load_build(self) -> None:
-        target = self.stack[-2] if len(self.stack) > 1 else None
-        if isinstance(target, Record) and target.kind.startswith("dtype:"):
-            target.state = (target.kind[len("dtype:"):], self.stack.pop())
-        else:
-            super().load_build()
-
 
 _NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,
                             pickle.SHORT_BINBYTES[0]: guarded(_NumpyUnpickler.load_short_binbytes, False),
@@ -248,17 +236,16 @@ _NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,
                             pickle.BINSTRING[0]: guarded(_NumpyUnpickler.load_binstring, False),
                             pickle.BINUNICODE[0]: guarded(_NumpyUnpickler.load_binunicode, False),
                             pickle.UNICODE[0]: guarded(_NumpyUnpickler.load_unicode, False),
-                            pickle.STRING[0]: guarded(_NumpyUnpickler.load_string, False),
-                            pickle.BUILD[0]: guarded(_NumpyUnpickler.load_build, False)}
+                            pickle.STRING[0]: guarded(_NumpyUnpickler.load_string, False)}
 
 
 def _dtype_of(path: str, name: str, d: object) -> tuple[str, str]:
-    """(canonical dtype, byte order) of a dtype Record."""
-    code, state = d.state if isinstance(d, Record) and isinstance(d.state, tuple) and len(d.state) == 2 else (None, None)
-    order = state[1] if isinstance(state, tuple) and len(state) > 1 else "|"
-    if not isinstance(code, str) or code not in dtypes.NUMPY_CODES or order not in ("<", ">", "|", "="):
-        raise CorruptCheckpointError(path, f"array {name!r}: dtype {str(code)[:32]!r} is not one ckptstat reads")
-    return dtypes.NUMPY_CODES[code], "big" if order == ">" else "little"
+    """(canonical dtype, byte order) of an array's numpy.dtype."""
+    known = d.known() if isinstance(d, NumpyDType) else None
+    if not isinstance(d, NumpyDType) or known is None:
+        raise CorruptCheckpointError(path, f"array {name!r}: dtype {str(getattr(d, 'code', d))[:32]!r} is not one "
+                                           "ckptstat reads")
+    return known, "big" if d.order == ">" else "little"
 
 
 def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:

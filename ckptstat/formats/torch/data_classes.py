@@ -150,8 +150,9 @@ class Unread:
     what: str
 
 
-class _DType(Filled):
-    """numpy.dtype(code, align, copy); BUILD gives its (version, byteorder, ...) state."""
+class NumpyDType(Filled):
+    """numpy.dtype(code, align, copy); BUILD gives its (version, byteorder, ...) state. (Plain numpy pickles' arrays
+    use it too: formats/numpy_pickle.py.)"""
 
     def __init__(self, code: Any, *args: Any) -> None:
         if not isinstance(code, str):
@@ -169,7 +170,7 @@ class _DType(Filled):
 
 def _scalar(dtype: Any, data: Any = None) -> Any:
     """numpy's scalar(dtype, bytes): the number."""
-    if not isinstance(dtype, _DType):
+    if not isinstance(dtype, NumpyDType):
         raise Refused(f"a numpy scalar of a {type(dtype).__name__}, not a numpy.dtype")
     if dtype.known() is None:
         return Unread(f"a numpy scalar of dtype {dtype.code}")
@@ -196,7 +197,7 @@ class NumpyArray(Filled):
     def fill(self, shape: Any, dtype: Any, data: Any) -> None:
         if not (isinstance(shape, tuple) and len(shape) <= 64 and all(type(d) is int and d >= 0 for d in shape)):
             raise Refused(f"a numpy array of shape {str(shape)[:64]}")
-        if not isinstance(dtype, _DType):
+        if not isinstance(dtype, NumpyDType):
             raise Refused(f"a numpy array of a {type(dtype).__name__}, not a numpy.dtype")
         self.shape, self.dtype = shape, dtype.code
         known = dtype.known()
@@ -294,7 +295,7 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     DataGlobal("omegaconf.base.Metadata", new=_Ignored),
     DataGlobal("collections.defaultdict", call=_defaultdict),
     *(DataGlobal(t) for t in _TYPES),
-    DataGlobal("numpy.dtype", call=_DType),
+    DataGlobal("numpy.dtype", call=NumpyDType),
     *(DataGlobal(f"{m}.multiarray.scalar", call=_scalar) for m in _NUMPY),
     *(DataGlobal(f"{m}.multiarray._reconstruct", call=NumpyArray) for m in _NUMPY),
     *(DataGlobal(f"{m}.numeric._frombuffer", call=_frombuffer) for m in _NUMPY),

@@ -81,13 +81,13 @@ def _scalars(obj: object) -> dict[str, str]:
 def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     """The Checkpoint of a torch.save container's contents (a file, or a member of an archive: formats/nemo.py)."""
     tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes)), c.records, c.byteorder)
-    if c.data_globals:
-        notes.append(data_note(c.data_globals))
+    if c.outside_allowlist:
+        notes.append(data_note(c.outside_allowlist))
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
                       ordered=True, optimizer_fragments=zero_fragments(c.obj),
-                      objects=data_objects(c.obj, path) if c.data_globals else {})
+                      objects=data_objects(c.obj, path) if c.outside_allowlist else {})
 
 
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:

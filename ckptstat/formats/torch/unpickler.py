@@ -123,7 +123,7 @@ def guarded(op: _Op, sized: bool, cost: int = 0) -> _Op:
 class SafeUnpickler(pickle._Unpickler):
     """Unpickles against torch's weights_only allowlist, with recording stubs (see module doc), and the plain data
     training scripts save beside their tensors (data_classes.py: argparse.Namespace, numpy scalars, omegaconf
-    configs...), built as the values they hold and counted in `data_globals`.
+    configs...), built as the values they hold; every global outside the allowlist it names is in `outside`.
     Reads at most `limit` bytes of `file` (default: what is left of it)."""
 
     # pickle._Unpickler's working state, which typeshed does not declare.
@@ -156,8 +156,7 @@ class SafeUnpickler(pickle._Unpickler):
         # 3.85 GB of bytearray copies).
         self.built = 0
         self.max_built = limits().pickle_build_ratio * self.stream.limit + BUILD_FLOOR
-        self.data_globals: set[str] = set()   # data_classes.TABLE's globals the pickle named
-        self.named: set[str] = set()          # other globals it named (refused if called: allowlist.Named)
+        self.outside: set[str] = set()   # globals outside the allowlist the pickle named (data classes, allowlist.Named)
 
     def over_budget(self) -> None:
         raise Refused(f"pickle's opcodes and calls build more than {self.max_built:,} bytes of objects from "
@@ -185,11 +184,11 @@ class SafeUnpickler(pickle._Unpickler):
         mapped = weights_only_name(module, name)
         data = TABLE.get(".".join(mapped))
         if data is not None:
-            self.data_globals.add(data.name)
+            self.outside.add(data.name)
             return data
         if mapped[0].split(".")[0] in DENIED_MODULES:   # torch refuses these whatever a user allows
             raise UnsafeCheckpointError(self.path, self.refusal(full))
-        self.named.add(full)
+        self.outside.add(full)
         return Named(full)
 
     def refusal(self, full: str, built: bool = False) -> str:
