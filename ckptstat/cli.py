@@ -227,19 +227,25 @@ def _root(
                                               "bound hostile files (docs/security.md lists them)."),
     allow_full_download: bool = typer.Option(False, "--allow-full-download", help="Read a URL whose server ignores "
                                              "range requests by downloading all of it (docs/remote.md)."),
+    pickled_objects: bool = typer.Option(False, "--pickled-objects", help="Read a torch.save of whole objects "
+                                         "(torch.save(model), YOLO .pt files): each class kept as an inert record, "
+                                         "tensors named as state_dict names them; nothing imported or called "
+                                         "(docs/torch.md)."),
 ) -> None:
     pass
 
 
-def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int]]:
-    """--allow-external and --limit NAME=N, taken out of the line wherever they stand."""
+def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int], bool]:
+    """--allow-external, --limit NAME=N and --pickled-objects, taken out of the line wherever they stand."""
     from .errors import UsageError
 
-    rest, allow, limits = [], False, {}
+    rest, allow, limits, objects = [], False, {}, False
     it = iter(args)
     for a in it:
         if a == "--allow-external":
             allow = True
+        elif a == "--pickled-objects":
+            objects = True
         elif a == "--limit" or a.startswith("--limit="):
             spec = a[len("--limit="):] if a.startswith("--limit=") else next(it, "")
             name, _, value = spec.partition("=")
@@ -248,18 +254,22 @@ def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int]]:
             limits[name] = int(value)
         else:
             rest.append(a)
-    return rest, allow, limits
+    return rest, allow, limits, objects
 
 
 def main(argv: list[str] | None = None) -> int:
     from .core import files, limits
 
     old_limits, old_allow = limits.limits(), files.allow_external_default()
+    objects = sys.modules.get("ckptstat.formats.torch.pickled_objects")   # (not loaded: nothing set)
+    old_objects = bool(objects and objects.pickled_objects())
     try:
         return _main(argv)
     finally:   # in-process callers (tests, notebooks) get the defaults back
         limits.reset(old_limits)
         files.set_allow_external(old_allow)
+        if "ckptstat.formats.torch.pickled_objects" in sys.modules:
+            sys.modules["ckptstat.formats.torch.pickled_objects"].set_pickled_objects(old_objects)
         if "ckptstat.sources" in sys.modules:
             sys.modules["ckptstat.sources"].set_allow_full_download(False)
 
@@ -276,12 +286,16 @@ def _main(argv: list[str] | None) -> int:
         set_allow_full_download(True)
         args = [a for a in args if a != "--allow-full-download"]
     try:
-        args, allow, raised = _global_options(args)
+        args, allow, raised, objects = _global_options(args)
         limits.set_limits(**raised)
     except (CkptstatError, ValueError) as e:
         print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
         return 2
     files.set_allow_external(allow)
+    if objects:
+        from .formats.torch.pickled_objects import set_pickled_objects
+
+        set_pickled_objects(True)
     rc = quick(args, debug)   # `ckptstat [summary] PATH --json`, answered without typer (commands/quick.py)
     if rc is not None:
         return rc

@@ -168,33 +168,37 @@ def blank_record(unit: Unit) -> dict[str, Any]:
             "config": None, "error": None, "fetched": None, "training": None}
 
 
-# (core.limits.Limits, allow_external, allow_full_download): the CLI's --limit, --allow-external, --allow-full-download
-Settings = tuple[Any, bool, bool]
+# (core.limits.Limits, allow_external, allow_full_download, pickled_objects): the CLI's --limit, --allow-external,
+# --allow-full-download, --pickled-objects
+Settings = tuple[Any, bool, bool, bool]
 
 
 def settings() -> Settings:
-    """This process's limits, --allow-external and --allow-full-download, for tasks run in other processes
-    or machines."""
+    """This process's limits, --allow-external, --allow-full-download and --pickled-objects, for tasks run in other
+    processes or machines."""
     import sys
 
     from ...core import files, limits
 
     src = sys.modules.get("ckptstat.sources")   # (not loaded: no URL read yet, nothing allowed)
-    return limits.limits(), files.allow_external_default(), bool(src and src.SETTINGS.allow_full_download)
+    objects = sys.modules.get("ckptstat.formats.torch.pickled_objects")   # (not loaded: not asked for)
+    return (limits.limits(), files.allow_external_default(), bool(src and src.SETTINGS.allow_full_download),
+            bool(objects and objects.pickled_objects()))
 
 
 def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
                  using: Settings | None = None) -> dict[str, Any]:
     """One checkpoint's record (docs/audit.md). Never raises: what goes wrong is its `error`.
-    `using`: the limits and --allow-external of the process that asked (a worker's own are defaults)."""
+    `using`: the settings of the process that asked (a worker's own are defaults)."""
     with applied(using):
         return _record(unit, values, worker)
 
 
 @contextmanager
 def applied(using: Settings | None) -> Iterator[None]:
-    """Run with the asking process's limits and --allow-external (None: this process's own)."""
+    """Run with the asking process's settings (None: this process's own)."""
     from ...core import files, limits
+    from ...formats.torch.pickled_objects import set_pickled_objects
 
     if using is None:
         yield
@@ -202,6 +206,7 @@ def applied(using: Settings | None) -> Iterator[None]:
     old = settings()
     limits.reset(using[0])
     files.set_allow_external(using[1])
+    set_pickled_objects(using[3])
     if using[2] != old[2]:
         from ... import sources
 
@@ -211,6 +216,7 @@ def applied(using: Settings | None) -> Iterator[None]:
     finally:
         limits.reset(old[0])
         files.set_allow_external(old[1])
+        set_pickled_objects(old[3])
         if using[2] != old[2]:
             sources.set_allow_full_download(old[2])
 

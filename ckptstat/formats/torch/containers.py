@@ -51,6 +51,7 @@ class Contents:
     compressed: bool = False   # some storage record is compressed: values need a streaming reader
     pickle_bytes: int | None = None   # the object pickle's size: what walk() may name (unpickler.TENSOR_BYTES)
     outside_allowlist: frozenset[str] = frozenset()   # globals outside torch's allowlist it named, none called
+    instances: frozenset[str] = frozenset()   # of those, the classes read as inert objects (--pickled-objects)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +301,7 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         compressed |= not stored
         records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
     return Contents(obj, records, byteorder, {"torch.archive": tz.folder, "torch.byteorder": byteorder},
-                    compressed, pkl.file_size, frozenset(u.outside))
+                    compressed, pkl.file_size, frozenset(u.outside), frozenset(u.instances))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,4 +371,5 @@ def read_legacy(path: str) -> Contents:
         if missing:
             raise CorruptCheckpointError(path, f"storage {sorted(missing)[0]!r} has no data in the file")
     return Contents(obj, records, "little", {"torch.legacy_little_endian": str(sys_info.get("little_endian"))},
-                    pickle_bytes=pickle_bytes, outside_allowlist=frozenset(u.outside))
+                    pickle_bytes=pickle_bytes, outside_allowlist=frozenset(u.outside),
+                    instances=frozenset(u.instances))

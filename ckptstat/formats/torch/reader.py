@@ -13,6 +13,7 @@ from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .data_classes import data_note
+from .pickled_objects import objects_note
 from .training import torch_training, zero_fragments
 from .unpickler import SafeUnpickler, int_text, key_text, walk
 from .values import data_objects
@@ -67,6 +68,10 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
     unused = sum(records[k].nbytes - used[k] for k in used)
     if unused > 0:
         notes.append(f"{unused:,} stored bytes lie outside every tensor view (torch.save writes whole storages)")
+    unnamed = [r for k, r in records.items() if k not in used]
+    if unnamed:   # (a pickled model's tensors kept as plain attributes, in no state_dict: --pickled-objects)
+        notes.append(f"{len(unnamed)} storage record(s), {sum(r.nbytes for r in unnamed):,} bytes, hold tensors "
+                     f"no name listed here reaches (e.g. {unnamed[0].record}): not counted")
     return tensors, notes
 
 
@@ -80,14 +85,18 @@ def _scalars(obj: object) -> dict[str, str]:
 
 def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     """The Checkpoint of a torch.save container's contents (a file, or a member of an archive: formats/nemo.py)."""
-    tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes)), c.records, c.byteorder)
-    if c.outside_allowlist:
-        notes.append(data_note(c.outside_allowlist))
+    roles: dict[str, str] = {}   # a pickled model's parameters and buffers (--pickled-objects), which its classes say
+    tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes, roles)), c.records, c.byteorder)
+    if c.outside_allowlist - c.instances:
+        notes.append(data_note(c.outside_allowlist - c.instances))
+    if c.instances:
+        notes.append(objects_note(c.instances))
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
                       ordered=True, optimizer_fragments=zero_fragments(c.obj),
-                      objects=data_objects(c.obj, path) if c.outside_allowlist else {})
+                      objects=data_objects(c.obj, path) if c.outside_allowlist else {},
+                      roles={n: r for n, r in roles.items() if n in tensors})
 
 
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:

@@ -32,6 +32,7 @@ from .allowlist import (
     weights_only_name,
 )
 from .data_classes import TABLE, DataGlobal, Filled
+from .pickled_objects import REBUILDERS, Instance, pickled_objects
 
 # Limits on what a pickle may build (the file is untrusted).
 MAX_OPS = 4_000_000        # opcodes in one pickle, or its byte count if more (each opcode is a byte at least)
@@ -157,6 +158,8 @@ class SafeUnpickler(pickle._Unpickler):
         self.built = 0
         self.max_built = limits().pickle_build_ratio * self.stream.limit + BUILD_FLOOR
         self.outside: set[str] = set()   # globals outside the allowlist the pickle named (data classes, allowlist.Named)
+        self.objects = pickled_objects()   # --pickled-objects: classes built without arguments become Instances
+        self.instances: set[str] = set()   # the classes it built so
 
     def over_budget(self) -> None:
         raise Refused(f"pickle's opcodes and calls build more than {self.max_built:,} bytes of objects from "
@@ -174,8 +177,17 @@ class SafeUnpickler(pickle._Unpickler):
     def load_reduce(self) -> None:
         args = self.stack.pop()
         func = self.stack[-1]
-        self.stack[-1] = func(*args)
+        if isinstance(func, Named):   # a class's __reduce__ of (cls, ()) (SimpleNamespace), or a call
+            if not (self.objects and args == ()):
+                raise Forbidden(func.name, built=args == () or self.objects)
+            self.stack[-1] = self.instance(func.name)
+        else:
+            self.stack[-1] = func(*args)
         self.account(self.stack[-1])
+
+    def instance(self, name: str) -> Instance:
+        self.instances.add(name)
+        return Instance(name)
 
     def find_class(self, module: str, name: str) -> object:
         full = f"{module}.{name}"
@@ -189,18 +201,31 @@ class SafeUnpickler(pickle._Unpickler):
         if mapped[0].split(".")[0] in DENIED_MODULES:   # torch refuses these whatever a user allows
             raise UnsafeCheckpointError(self.path, self.refusal(full))
         self.outside.add(full)
+        rebuild = REBUILDERS.get(".".join(mapped)) if self.objects else None
+        if rebuild is not None:
+            return lambda *args: self.instance(rebuild(*args))   # (Named.__call__ refuses a call)
         return Named(full)
 
     def refusal(self, full: str, built: bool = False) -> str:
         """The one line for a global outside the allowlist and the data table, `built` by NEWOBJ (a pickled object:
         torch.save(model) writes the model's classes so) or otherwise named or called."""
-        whole = (" (a pickled object, as torch.save(model) writes: ckptstat reads the tensors of a state_dict, "
-                 "torch.save(model.state_dict()))") if built else ""
+        if built and self.objects:
+            whole = (" (called or built with arguments: a call, which --pickled-objects does not read; it reads objects "
+                     "built without arguments)")
+        elif built:
+            whole = (" (a pickled object, as torch.save(model) writes: `ckptstat --pickled-objects` reads its tensors "
+                     "as state_dict names them, nothing imported or called)")
+        else:
+            whole = ""
         return (f"{self.record} references global {full!r}{whole}, which is outside torch's weights_only allowlist "
                 "and is no training script's plain data ckptstat reads; refusing to load it (nothing was executed; "
                 "`ckptstat scan` lists every global)")
 
-    def persistent_load(self, pid: object) -> StorageRef:
+    def persistent_load(self, pid: object) -> StorageRef | Named:
+        # legacy saves (torch < 1.6) name a pickled nn.Module's class as ('module', class, source file, source)
+        if self.objects and isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "module" \
+                and isinstance(pid[1], Named):
+            return pid[1]
         # zip: ('storage', type, key, location, numel); legacy adds view_metadata (docs/formats.md 2, 3)
         if not (self.storages_allowed and isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"):
             raise Refused(f"unexpected persistent id {str(pid)[:60]!r}")
@@ -226,13 +251,16 @@ class SafeUnpickler(pickle._Unpickler):
             self.stack[-1].build(state)
             self.account(self.stack[-1])   # a config copies its content: one memoised content into a million configs
 
-    # NEWOBJ calls cls.__new__: only the two allowlisted dict classes and the data classes may be built that way.
-    def load_newobj(self) -> None:
+    # NEWOBJ calls cls.__new__: only the two allowlisted dict classes and the data classes may be built that way, and
+    # with --pickled-objects any other class, given no arguments (copyreg.__newobj__ of a plain object).
+    def load_newobj(self, kwargs: object = None) -> None:
         args = self.stack.pop()
         cls = self.stack.pop()
         if isinstance(cls, Named):
-            raise Forbidden(cls.name, built=True)
-        if isinstance(cls, DataGlobal) and isinstance(args, tuple):
+            if not (self.objects and args == () and not kwargs):
+                raise Forbidden(cls.name, built=True)
+            self.append(self.instance(cls.name))
+        elif isinstance(cls, DataGlobal) and isinstance(args, tuple):
             self.append(cls.built(args))
         elif cls in (OrderedDict, Counter):
             self.append(cls.__new__(cls, *args))
@@ -241,8 +269,7 @@ class SafeUnpickler(pickle._Unpickler):
         self.account(self.stack[-1])
 
     def load_newobj_ex(self) -> None:
-        self.stack.pop()
-        self.load_newobj()
+        self.load_newobj(self.stack.pop())
 
     # pickle's BYTEARRAY8 allocates bytearray(length) before reading: check the length first.
     def load_bytearray8(self) -> None:
@@ -300,10 +327,10 @@ class RecordingUnpickler(SafeUnpickler):
         return (f"{self.record} references global {full!r}, which is neither {self.WHAT} nor in torch's weights_only "
                 "allowlist nor a training script's plain data ckptstat reads; refusing to load it (nothing was executed)")
 
-    def load_newobj(self) -> None:
+    def load_newobj(self, kwargs: object = None) -> None:
         cls = self.stack[-2]
         if not (isinstance(cls, tuple) and len(cls) == 2 and cls[0] == "recorded class"):
-            super().load_newobj()
+            super().load_newobj(kwargs)
             return
         del self.stack[-2:]
         self.append(Record(cls[1]))
@@ -387,36 +414,52 @@ def named_leaves(obj: object, leaf: tuple[type, ...], max_depth: int, too_deep: 
     return rec(obj, "", 0)
 
 
-def walk(obj: object, path: str, pickle_bytes: int | None = None) -> Iterator[tuple[str, TensorRef]]:
+def walk(obj: object, path: str, pickle_bytes: int | None = None,
+         roles: dict[str, str] | None = None) -> Iterator[tuple[str, TensorRef]]:
     """(name, tensor) of every tensor `obj` holds; with `pickle_bytes` (the pickle's size), at most as many as the
-    pickle's build budget pays for at TENSOR_BYTES each (one tensor named a million times through the memo)."""
+    pickle's build budget pays for at TENSOR_BYTES each (one tensor named a million times through the memo). A pickled
+    nn.Module's (--pickled-objects) are named as its state_dict names them, each one's role ("parameter", "buffer")
+    put in `roles`."""
     seen: set[int] = set()
     names = 0
     most = None if pickle_bytes is None else \
         (limits().pickle_build_ratio * pickle_bytes + BUILD_FLOOR) // TENSOR_BYTES
 
-    def rec(o: object, name: str, depth: int) -> Iterator[tuple[str, TensorRef]]:
+    def charge() -> None:
         nonlocal names
+        names += 1
+        if most is not None and names > most:
+            raise CorruptCheckpointError(path, f"pickle names more than {most:,} tensors, more than its "
+                                               f"{pickle_bytes:,} bytes pay for (~{TENSOR_BYTES:,} bytes of objects "
+                                               "a tensor; the same tensor named again and again through the memo?; "
+                                               "--limit pickle_build_ratio)")
+
+    def rec(o: object, name: str, depth: int) -> Iterator[tuple[str, TensorRef]]:
         if isinstance(o, TensorRef):
-            names += 1
-            if most is not None and names > most:
-                raise CorruptCheckpointError(path, f"pickle names more than {most:,} tensors, more than its "
-                                                   f"{pickle_bytes:,} bytes pay for (~{TENSOR_BYTES:,} bytes of objects "
-                                                   "a tensor; the same tensor named again and again through the memo?; "
-                                                   "--limit pickle_build_ratio)")
+            charge()
             yield name or "tensor", o
             return
         if not isinstance(o, (dict, list, tuple)):
             return
         if depth >= MAX_DEPTH:
             raise CorruptCheckpointError(path, f"pickle nests containers more than {MAX_DEPTH} levels deep")
-        if id(o) in seen:  # shared or cyclic containers: once (no exponential blow-up)
+        module = o if isinstance(o, Instance) and o.is_module() else None
+        if module is not None:   # (--pickled-objects) named as state_dict names it: a module registered twice under each name
+            charge()     # each visit charged as a tensor name (a module shared a million times through the memo)
+        elif id(o) in seen:  # shared or cyclic containers: once (no exponential blow-up)
             return
-        seen.add(id(o))
+        else:
+            seen.add(id(o))
         if len(o) > MAX_ITEMS:
             raise CorruptCheckpointError(path, f"pickle holds a {type(o).__name__} of {len(o):,} items")
-        items = o.items() if isinstance(o, dict) else enumerate(o)
-        for k, v in items:
+        if module is not None:
+            for k, v, role in module.state_dict_items():
+                child = f"{name}.{key_text(k)}" if name else key_text(k)
+                if role is not None and roles is not None:
+                    roles[child] = role
+                yield from rec(v, child, depth + 1)
+            return
+        for k, v in o.items() if isinstance(o, dict) else enumerate(o):
             yield from rec(v, f"{name}.{key_text(k)}" if name else key_text(k), depth + 1)
 
     yield from rec(obj, "", 0)

@@ -11,6 +11,7 @@ from typing import Any
 
 from .allowlist import DTypeRef, Named
 from .data_classes import Attributes, Config, ConfigList, NumpyArray, Unread
+from .pickled_objects import Instance
 from .unpickler import INT_TEXT_BITS, int_text, key_text, named_leaves
 
 MAX_OBJECTS = 10_000     # non-tensor values kept per checkpoint (an optimizer's param_groups: 12 a group)
@@ -87,6 +88,8 @@ def data_objects(obj: Any, path: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     file = os.path.basename(path)
     for name, o in named_leaves(obj, (NumpyArray, Unread, *_DATA), MAX_VALUE_DEPTH, lambda name: None):
+        if isinstance(o, Instance) and o.is_module():   # a pickled model: its tensors are the state_dict, not values
+            continue
         for leaf_name, leaf in flat(name, o) if isinstance(o, _DATA) else ((name, o),):
             if len(out) >= MAX_OBJECTS:
                 return out
