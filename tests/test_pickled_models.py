@@ -8,7 +8,6 @@ at: the same names in the same order, shapes, dtypes and values. Without the swi
 torch.load(weights_only=True) refuses it; with it, every call a pickle makes outside the allowlist is still refused."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 import pickle
@@ -66,7 +65,11 @@ def _zoo() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), Block(), Shared(), nn.LSTM(4, 3, 2),
                          nn.GRU(3, 2, bidirectional=True), nn.MultiheadAttention(4, 2),
-                         nn.TransformerEncoderLayer(8, 2, 16), nn.ModuleDict({"out": nn.Linear(2, 1)}))
+                         nn.TransformerEncoderLayer(8, 2, 16), nn.ModuleDict({"out": nn.Linear(2, 1)}),
+                         # hooks pickled with their objects: weight_norm's `weight` a plain attribute, spectral_norm's
+                         # u and v buffers; DataParallel's `module.` prefix
+                         nn.utils.weight_norm(nn.Linear(3, 2)), nn.utils.spectral_norm(nn.Linear(3, 2)),
+                         nn.DataParallel(nn.Linear(2, 2)), nn.Flatten(), nn.CrossEntropyLoss(weight=torch.ones(3)))
 
 
 class IterableSimpleNamespace(types.SimpleNamespace):
@@ -103,13 +106,13 @@ def _yolo() -> dict[str, object]:
 
 
 def _training() -> dict[str, object]:
-    """A training script's checkpoint with the model saved whole beside its optimizer's state_dict and an EMA copy."""
+    """A training script's checkpoint with the model saved whole beside its optimizer's state_dict and an EMA model."""
     model = _zoo()
     opt = torch.optim.AdamW(model.parameters())
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     opt.step()
-    return {"model": model, "ema": copy.deepcopy(model), "optimizer": opt.state_dict(), "epoch": 3}
+    return {"model": model, "ema": _zoo(), "optimizer": opt.state_dict(), "epoch": 3}
 
 
 CASES = {"module": _zoo, "training": _training, "yolo": _yolo}

@@ -96,7 +96,6 @@ REBUILDERS: dict[str, Callable[..., str]] = {"kernels._internals.layer.layer._re
 def objects_note(classes: frozenset[str]) -> str:
     """What the reader says of a pickle whose objects of `classes` it read as Instances."""
     return (f"--pickled-objects: {len(classes)} class(es) outside torch's weights_only allowlist read as inert records "
-            f"(nothing imported or called): {', '.join(sorted(classes)[:20])}"
-            + (f" and {len(classes) - 20} more" if len(classes) > 20 else "")
-            + "; each nn.Module's tensors named as its state_dict names them (parameters and persistent buffers; "
-            "tensors kept as plain attributes are in no state_dict and not listed)")
+            f"(nothing imported or called): {', '.join(sorted(classes))}; each nn.Module's tensors named as its "
+            "state_dict names them (parameters and persistent buffers; tensors kept as plain attributes are in no "
+            "state_dict and not listed)")
