@@ -9,10 +9,11 @@ Each reader returns the unpickled object and a StorageRecord per storage key, ch
 """
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Literal
 
@@ -24,6 +25,7 @@ from ...errors import CorruptCheckpointError, UnknownFormatError, reading
 from .allowlist import StorageRef
 from .pickle_walk import walk
 from .streams import BytesSource
+from .torchscript import ScriptUnpickler, declarations
 from .unpickler import SafeUnpickler, unpickle
 
 MAX_SMALL_RECORD = 1 << 16   # byteorder, version... records
@@ -52,6 +54,7 @@ class Contents:
     pickle_bytes: int | None = None   # the object pickle's size: what walk() may name (unpickler.TENSOR_BYTES)
     outside_allowlist: frozenset[str] = frozenset()   # globals outside torch's allowlist it named, none called
     instances: frozenset[str] = frozenset()   # of those, the classes read as inert objects (--pickled-objects)
+    script_classes: frozenset[str] | None = None   # a TorchScript archive's classes (torchscript.py); None: not one
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,9 +245,6 @@ def torch_zip(path: str, zf: zipfile.ZipFile) -> TorchZip:
     tz = TorchZip(zf.infolist())
     if tz.refusal:
         raise UnknownFormatError(path, f"not a zip torch.load reads: {tz.refusal}")
-    if tz.torchscript:
-        raise UnknownFormatError(path, "a TorchScript archive (torch.jit.save): ckptstat reads torch.save files "
-                                 "(`ckptstat scan` lists its globals)")
     if tz.locate("data.pkl") is None:
         raise UnknownFormatError(path, f"a zip without {tz.folder}/data.pkl: not a torch.save file")
     return tz
@@ -279,6 +279,17 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
             raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
     pkl = tz.locate("data.pkl")
     assert pkl is not None
+    script: frozenset[str] | None = None
+    make: Callable[..., SafeUnpickler] = unpickler
+    if tz.torchscript:   # its classes as its code/ records declare them (torchscript.py)
+        if unpickler is not SafeUnpickler:
+            raise UnknownFormatError(path, "a TorchScript archive where a torch.save file was expected")
+
+        def read(info: zipfile.ZipInfo) -> bytes:
+            data_offset(path, f, info, size)
+            return zf.read(info)
+
+        make = functools.partial(ScriptUnpickler, declared=declarations(path, zf.infolist(), tz.folder, read))
     data_offset(path, f, pkl, size, limits().pickle_ratio)
     if pkl.file_size > limits().pickle_bytes:
         raise CorruptCheckpointError(path, f"{pkl.filename!r} is {pkl.file_size:,} bytes, more than the "
@@ -287,7 +298,9 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         # small pickles (sizes already checked against the file) are read at once: the unpickler
         # makes thousands of tiny reads; a big or compressed one is streamed.
         stream = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member
-        obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size, unpickler=unpickler)
+        obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size, unpickler=make)
+    if isinstance(u, ScriptUnpickler):
+        script = frozenset(u.script_classes)
     records: dict[str, StorageRecord] = {}
     compressed = False
     # the records' local headers (data_offset), fetched together when f is a URL (docs/remote.md)
@@ -301,7 +314,7 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         compressed |= not stored
         records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
     return Contents(obj, records, byteorder, {"torch.archive": tz.folder, "torch.byteorder": byteorder},
-                    compressed, pkl.file_size, frozenset(u.outside), frozenset(u.instances))
+                    compressed, pkl.file_size, frozenset(u.outside), frozenset(u.instances), script)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .data_classes import data_note
 from .pickled_objects import objects_note
+from .torchscript import script_note
 from .training import torch_training, zero_fragments
 from .unpickler import SafeUnpickler, int_text, key_text, walk
 from .values import data_objects
@@ -91,6 +92,8 @@ def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
         notes.append(data_note(c.outside_allowlist - c.instances))
     if c.instances:
         notes.append(objects_note(c.instances))
+    if c.script_classes is not None:
+        notes.append(script_note(c.script_classes))
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
@@ -102,7 +105,7 @@ def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:
     """A torch.save zip; `unpickler`: a RecordingUnpickler for a library's file that names its own classes."""
     contents = read_zip(path, unpickler)
-    ckpt = torch_checkpoint(path, "pytorch (zip)", contents)
+    ckpt = torch_checkpoint(path, "pytorch (zip)" if contents.script_classes is None else "torchscript (zip)", contents)
     if contents.compressed:
         ckpt.readers[path] = ZipStreamReader(path)
         ckpt.notes.append("some storage records are compressed: values are read by streaming decompression")

@@ -352,8 +352,8 @@ RecordingUnpickler.dispatch = {**SafeUnpickler.dispatch,
                                pickle.BUILD[0]: guarded(RecordingUnpickler.load_build, False)}
 
 
-def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
-             limit: int | None = None, unpickler: type[SafeUnpickler] = SafeUnpickler) -> tuple[object, SafeUnpickler]:
+def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True, limit: int | None = None,
+             unpickler: Callable[..., SafeUnpickler] = SafeUnpickler) -> tuple[object, SafeUnpickler]:
     """The object one pickle of `file` holds, and the unpickler (its `storages`). Whatever pickle
     trips over in a malformed stream becomes a CorruptCheckpointError naming the record."""
     with reading(path, f"{record}: malformed pickle"):
