@@ -106,6 +106,60 @@ def table(rows: list[tuple[str, dict]], baseline: str) -> str:
     return "\n".join(out)
 
 
+def counted_race(module: str, ours: list[str], theirs: dict[str, list[str]], repeat: int, name: str,
+                 cwd: str) -> tuple[dict[str, dict], int, int]:
+    """A checkpoint built by bench/<module>.py's `build(path)` (in a child process; it returns the parameter count),
+    then `python -m ckptstat *ours PATH --json` (its unique parameters) raced against each of `theirs` (a command
+    given PATH as its first argument, printing the parameter count as its last line), in one run, whole process each:
+    (rows, ckptstat's first, the parameter count all agree on, the file's size). The file is called `name`."""
+    import json
+    import tempfile
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env, py = compiled_env(), sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        built = subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {here!r}); import {module} as m; "
+                                f"print(m.build({path!r}))"], check=True, capture_output=True, text=True, cwd=cwd)
+        params = int(built.stdout.strip().splitlines()[-1])
+        cmds = {"ckptstat " + " ".join(ours + ["summary"]).strip(): ([py, "-m", "ckptstat", *ours, path, "--json"], env),
+                **{label: ([*cmd[:3], path, *cmd[3:]], env) for label, cmd in theirs.items()}}
+        rows = measured(cmds, repeat, cwd=cwd)
+        for label, (cmd, _) in cmds.items():
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=cwd, env=env).stdout
+            count = json.loads(out)["parameters"]["unique"] if label.startswith("ckptstat") else \
+                int(out.strip().splitlines()[-1])
+            assert count == params, (label, count, params)
+        return rows, params, os.path.getsize(path)
+
+
+def race_table(rows: dict[str, dict]) -> list[str]:
+    """wall, CPU, peak RSS and wall against the first row's, one row a contender."""
+    base = next(iter(rows.values()))
+    return ["| contender | wall | CPU user+sys | peak RSS | wall x ckptstat |", "|---|---|---|---|---|"] + [
+        f"| {name} | {r['wall_s']:.3f} s | {r['cpu_s']:.3f} s | {r['rss_mib']:.0f} MiB | {r['wall_s'] / base['wall_s']:.2f}x |"
+        for name, r in rows.items()]
+
+
+def race_main(module: str, ours: list[str], theirs: dict[str, list[str]], name: str, title: str,
+              describe: str, closing: str) -> None:
+    """A bench script's main: --repeat and --out, counted_race, then the table recorded with `title`, the file
+    (`describe`, formatted with its `size_mib` and `params`), the machine, and `closing`."""
+    import argparse
+    import platform
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows, params, size = counted_race(module, ours, theirs, args.repeat, name, root)
+    lines = [f"# {title}", "", describe.format(size_mib=size / 2**20, params=params) + " "
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
+             f"median of {args.repeat} whole-process runs after a warm-up.", "", *race_table(rows), "", closing]
+    emit("\n".join(lines) + "\n", args.out)
+
+
 def emit(text: str, out: str | None) -> None:
     """Print a result and, with --out, record it in the repo."""
     print(text)

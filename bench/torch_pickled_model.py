@@ -13,19 +13,13 @@ the embedding tied to nothing), saved as {"model": model, "step": ...}. Usage:
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import compiled_env, emit, measured  # noqa: E402
+from _measure import race_main  # noqa: E402
 
-ROOT = os.path.dirname(HERE)
 COUNT = """
 import sys, torch
 ck = torch.load(sys.argv[1], mmap=True, weights_only=False)
@@ -46,40 +40,13 @@ def build(path: str) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out")
-    args = ap.parse_args()
-    env = compiled_env()
-    py = sys.executable
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.pt")
-        out = subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import torch_pickled_model as t; "
-                              f"print(t.build({path!r}))"], check=True, capture_output=True, text=True, cwd=ROOT)
-        params = int(out.stdout.strip().splitlines()[-1])
-        cmds = {"ckptstat --pickled-objects summary": ([py, "-m", "ckptstat", "--pickled-objects", path, "--json"], env),
-                "torch.load, weights_only=False": ([py, "-c", COUNT, path], env)}
-        rows = measured(cmds, args.repeat, cwd=ROOT)
-        summary = json.loads(subprocess.run(cmds["ckptstat --pickled-objects summary"][0], check=True,
-                                            capture_output=True, text=True, cwd=ROOT, env=env).stdout)
-        theirs = int(subprocess.run(cmds["torch.load, weights_only=False"][0], check=True, capture_output=True,
-                                    text=True, cwd=ROOT, env=env).stdout.strip().splitlines()[-1])
-        size = os.path.getsize(path)
-    ours = summary["parameters"]["unique"]
-    assert ours == theirs == params, (ours, theirs, params)
-    base = rows["ckptstat --pickled-objects summary"]
-    lines = ["# A model pickled whole (torch.save(model)): ckptstat --pickled-objects against torch.load", "",
-             f"File: a transformers 5 LlamaForCausalLM saved whole, {size / 2**20:.0f} MiB ({params:,} float32 "
-             "parameters); both count the same parameters. "
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
-             f"median of {args.repeat} whole-process runs after a warm-up.", "",
-             "| contender | wall | CPU user+sys | peak RSS | wall x ckptstat |", "|---|---|---|---|---|"]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['wall_s']:.3f} s | {r['cpu_s']:.3f} s | {r['rss_mib']:.0f} MiB | "
-                     f"{r['wall_s'] / base['wall_s']:.2f}x |")
-    lines += ["", "torch.load(weights_only=True) refuses the file; weights_only=False imports transformers and every "
-              "class the pickle names and runs their __setstate__. ckptstat imports nothing from it and calls nothing."]
-    emit("\n".join(lines) + "\n", args.out)
+    race_main("torch_pickled_model", ["--pickled-objects"],
+              {"torch.load, weights_only=False": [sys.executable, "-c", COUNT]},
+              "model.pt", "A model pickled whole (torch.save(model)): ckptstat --pickled-objects against torch.load",
+              "File: a transformers 5 LlamaForCausalLM saved whole, {size_mib:.0f} MiB ({params:,} float32 parameters); "
+              "both count the same parameters.",
+              "torch.load(weights_only=True) refuses the file; weights_only=False imports transformers and every class the "
+              "pickle names and runs their __setstate__. ckptstat imports nothing from it and calls nothing.")
 
 
 if __name__ == "__main__":

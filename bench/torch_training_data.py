@@ -13,18 +13,13 @@ The model is 54 Linear layers of 512 x 1000 (27.7M parameters, about ResNet-50's
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import compiled_env, emit, measured  # noqa: E402
+from _measure import race_main  # noqa: E402
 
-ROOT = os.path.dirname(HERE)
 COUNT = """
 import sys, argparse, numpy as np, torch
 def count(ck):
@@ -55,42 +50,15 @@ def build(path: str) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out")
-    args = ap.parse_args()
-    env = compiled_env()
-    py = sys.executable
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "checkpoint-12.pth.tar")
-        out = subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import torch_training_data as t; "
-                              f"print(t.build({path!r}))"], check=True, capture_output=True, text=True, cwd=ROOT)
-        params = int(out.stdout.strip())
-        cmds = {"ckptstat summary": ([py, "-m", "ckptstat", path, "--json"], env),
-                "torch.load, safe_globals": ([py, "-c", COUNT, path, "safe"], env),
-                "torch.load, weights_only=False": ([py, "-c", COUNT, path, "unsafe"], env)}
-        rows = measured(cmds, args.repeat, cwd=ROOT)
-        summary = json.loads(subprocess.run(cmds["ckptstat summary"][0], check=True, capture_output=True, text=True,
-                                            cwd=ROOT, env=env).stdout)
-        theirs = int(subprocess.run(cmds["torch.load, safe_globals"][0], check=True, capture_output=True, text=True,
-                                    cwd=ROOT, env=env).stdout.strip())
-        size = os.path.getsize(path)
-    ours = summary["parameters"]["unique"]
-    assert ours == theirs == params, (ours, theirs, params)
-    base = rows["ckptstat summary"]
-    lines = ["# A training checkpoint torch.load(weights_only=True) refuses: ckptstat against torch", "",
-             f"File: timm train.py's layout, {size / 2**20:.0f} MiB (state_dict of {params:,} float32 parameters, "
-             "SGD momentum, `args` Namespace, a numpy metric); both count the same parameters. "
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
-             f"median of {args.repeat} whole-process runs after a warm-up.", "",
-             "| contender | wall | CPU user+sys | peak RSS | wall x ckptstat |", "|---|---|---|---|---|"]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['wall_s']:.3f} s | {r['cpu_s']:.3f} s | {r['rss_mib']:.0f} MiB | "
-                     f"{r['wall_s'] / base['wall_s']:.2f}x |")
-    lines += ["", "torch needs the classes its error names (argparse.Namespace, numpy's scalar and dtype classes) in "
-              "safe_globals, or weights_only=False; ckptstat reads the same file with nothing imported from it, and "
-              "its note names those classes."]
-    emit("\n".join(lines) + "\n", args.out)
+    race_main("torch_training_data", [],
+              {"torch.load, safe_globals": [sys.executable, "-c", COUNT, "safe"],
+               "torch.load, weights_only=False": [sys.executable, "-c", COUNT, "unsafe"]},
+              "checkpoint-12.pth.tar", "A training checkpoint torch.load(weights_only=True) refuses: ckptstat against torch",
+              "File: timm train.py's layout, {size_mib:.0f} MiB (state_dict of {params:,} float32 parameters, SGD momentum, "
+              "`args` Namespace, a numpy metric); both count the same parameters.",
+              "torch needs the classes its error names (argparse.Namespace, numpy's scalar and dtype classes) in "
+              "safe_globals, or weights_only=False; ckptstat reads the same file with nothing imported from it, and its note "
+              "names those classes.")
 
 
 if __name__ == "__main__":

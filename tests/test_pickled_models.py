@@ -17,6 +17,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from module_zoo import Block, Shared
 from torch import nn
 
 from ckptstat import CorruptCheckpointError, UnsafeCheckpointError, open_checkpoint
@@ -31,36 +32,6 @@ def objects():
 
 
 # ---------------------------------------------------------------------------------------------- what users save whole
-class Block(nn.Module):
-    """Every way a module holds tensors: a parameter set to None (bias=False), a non-persistent buffer, a plain tensor
-    attribute (in no state_dict), ParameterList / ParameterDict, a buffer registered as None."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(6, 4, bias=False)
-        self.norm = nn.LayerNorm(4)
-        self.register_buffer("mask", torch.tril(torch.ones(3, 3)), persistent=False)
-        self.register_buffer("scale", torch.full((4,), 0.5))
-        self.register_buffer("unset", None)
-        self.table = torch.arange(5.0)
-        self.gains = nn.ParameterList([nn.Parameter(torch.randn(2)), nn.Parameter(torch.randn(3))])
-        self.extra = nn.ParameterDict({"alpha": nn.Parameter(torch.randn(4))})
-        self.act = nn.GELU()
-        self.cfg = {"width": 4, "kind": "block"}
-
-
-class Shared(nn.Module):
-    """A submodule registered under two names and a weight tied between two modules (state_dict lists each name)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(10, 4)
-        self.head = nn.Linear(4, 10, bias=False)
-        self.head.weight = self.emb.weight
-        proj = nn.Linear(4, 4)
-        self.first, self.again = proj, proj
-
-
 def _zoo() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), Block(), Shared(), nn.LSTM(4, 3, 2),
@@ -363,36 +334,10 @@ def test_audit_reads_pickled_models_with_the_switch_in_its_workers(tmp_path, cli
 def test_mutated_model_pickles_read_or_give_one_error(tmp_path, objects):
     """600 seeded mutants of a pickled model's data.pkl: each reads, or ends in a CkptstatError, never another
     exception."""
-    import random
+    from zip_mutants import outcomes
 
     from ckptstat.analysis.summary import summarize
-    from ckptstat.errors import CkptstatError
 
-    src_path = _save(tmp_path, "yolo")
-    with zipfile.ZipFile(src_path) as src:
-        members = [(i.filename, src.read(i)) for i in src.infolist()]
-    name = next(n for n, _ in members if n.endswith("/data.pkl"))
-    pkl = dict(members)[name]
-    rng = random.Random(37)
-    path = str(tmp_path / "m.pt")
-    outcomes: dict[str, int] = {}
-    for _ in range(600):
-        b = bytearray(pkl)
-        for _ in range(rng.randint(1, 3)):
-            pos, op = rng.randrange(len(b)), rng.random()
-            if op < 0.6:
-                b[pos] = rng.randrange(256)
-            elif op < 0.8:
-                del b[pos:pos + rng.randint(1, 8)]
-            else:
-                b[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-        with zipfile.ZipFile(path, "w") as z:
-            for n, data in members:
-                z.writestr(n, bytes(b) if n == name else data)
-        try:
-            summarize(open_checkpoint(path))
-            kind = "read"
-        except CkptstatError as e:
-            kind = type(e).__name__
-        outcomes[kind] = outcomes.get(kind, 0) + 1
-    assert set(outcomes) <= {"read", "CorruptCheckpointError", "UnsafeCheckpointError"} and "read" in outcomes, outcomes
+    seen = outcomes(_save(tmp_path, "yolo"), lambda n: n.endswith("/data.pkl"), 600, 37, str(tmp_path / "m.pt"),
+                    lambda p: summarize(open_checkpoint(p)))
+    assert set(seen) <= {"read", "CorruptCheckpointError", "UnsafeCheckpointError"} and "read" in seen, seen
