@@ -209,6 +209,29 @@ def test_stats_stream_over_http(server, capsys):
     assert [t.get("mean") for t in remote["tensors"]] == [t.get("mean") for t in local["tensors"]]
 
 
+def test_a_training_plan_over_http_reads_the_config_it_fetched(tmp_path, capsys):
+    """The planner's saved activations take the dropout probabilities from the config (a GPT-2 saved with none, where
+    its class defaults to 0.1): over http the same config, fetched, gives the same plan as the folder on disk (it
+    read the class's defaults, as if the config said nothing, when it re-opened the config's URL as a local file)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=256, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(str(tmp_path / "gpt2"))
+    plan = ("memory", "--mode", "training", "--json")
+    rc, out, err = cli(capsys, *plan, str(tmp_path / "gpt2"))
+    assert rc == 0, err
+    local = json.loads(out)
+    with Server(str(tmp_path)) as s:
+        rc, out, err = cli(capsys, *plan, s.url + "/gpt2/")
+    assert rc == 0, err
+    remote = json.loads(out)
+    assert (remote["lines"], remote["fit"]) == (local["lines"], local["fit"])
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(  # the class's defaults: more dropout masks saved
+        {k: v for k, v in json.loads((tmp_path / "gpt2" / "config.json").read_text()).items() if "pdrop" not in k}))
+    rc, out, err = cli(capsys, *plan, str(tmp_path / "gpt2"))
+    assert json.loads(out)["fit"]["per_device_bytes"] > local["fit"]["per_device_bytes"]
+
+
 def test_stats_workers_fetch_in_their_own_processes(tmp_path, capsys):
     from safetensors.numpy import save_file
 

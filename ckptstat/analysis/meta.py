@@ -533,7 +533,7 @@ def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpo
     if spec.dtype is None and not param_bytes:
         notes.append("no weights and no torch_dtype in the config: weight bytes assume float32")
     return Model(replace(spec), path, config_path, predicted, checkpoint_params, dict(param_bytes or {}), tuple(notes),
-                 oracle=mm)
+                 oracle=mm, config=cfg)
 
 
 def _without_flops(m: Model, why: str) -> Model:

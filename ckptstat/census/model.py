@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..core import Checkpoint
 from ..errors import NoAnalyticModel, UsageError
@@ -63,6 +64,9 @@ class Model:
     quantization: dict | None = None
     # a vision-language wrapper's config.json, where ckptstat models its image path (families/images/): `--images`
     image_config: dict | None = None
+    # the config the spec was built from (config.json, a URL's, --config's): what the planner reads beyond the spec
+    # (dropout probabilities, clip_qkv: analysis/memory/saved.py); None for a GGUF's metadata or a tower
+    config: Mapping[str, Any] | None = None
 
     @property
     def params(self) -> int:
@@ -152,7 +156,7 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
                  tuple(notes) + spec.assumptions, outside, found, on_load=made,
-                 image_config=ckpt.config if ckpt.config and modelled(ckpt.config) else None)
+                 image_config=ckpt.config if ckpt.config and modelled(ckpt.config) else None, config=ckpt.config)
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
@@ -172,7 +176,7 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
         q = cfg.get("quantization_config")
         return Model(spec, path, path, predict_params(spec), None, {}, notes, quantization=q if isinstance(q, dict) else None,
-                     image_config=cfg if modelled(cfg) else None)
+                     image_config=cfg if modelled(cfg) else None, config=cfg)
     return from_checkpoint(open_checkpoint(path, config))
 
 

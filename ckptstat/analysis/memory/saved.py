@@ -155,19 +155,7 @@ def _prod(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
-def _config(config_path: str | None) -> dict:
-    """The config.json's dict ({} without one, or unreadable)."""
-    if not config_path:
-        return {}
-    try:
-        with open(config_path) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
-
-
-def _number(s: ArchSpec, cfg: dict, key: str) -> float | None:
+def _number(s: ArchSpec, cfg: Mapping[str, Any], key: str) -> float | None:
     """The config's number under `key` ("attn_config.clip_qkv": inside a nested config, DBRX's; its class's default
     under "dbrx.attn_config"), else its class's default; None without."""
     *outer, last = key.split(".")
@@ -180,19 +168,19 @@ def _number(s: ArchSpec, cfg: dict, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _flag(s: ArchSpec, cfg: dict, key: str) -> bool:
+def _flag(s: ArchSpec, cfg: Mapping[str, Any], key: str) -> bool:
     """The config's boolean under `key`, else its class's default; False without."""
     v = cfg.get(key)
     return (class_default(s.model_type, key) if v is None else v) is True
 
 
-def _first(s: ArchSpec, cfg: dict, keys: tuple[str, ...]) -> tuple[str, float]:
+def _first(s: ArchSpec, cfg: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, float]:
     """The first of `keys` the config sets (else its class's default), with its number (a dropout probability,
     clip_qkv); (the first key, 0) without."""
     return next(((k, v) for k in keys if (v := _number(s, cfg, k)) is not None), (keys[0], 0.0))
 
 
-def drops(s: ArchSpec, cfg: dict, ab: float, eager: bool) -> Drops:
+def drops(s: ArchSpec, cfg: Mapping[str, Any], ab: float, eager: bool) -> Drops:
     """The dropout masks of the model type's measured dropout sites (the table's `dropout`: key, where, what one
     call drops, calls, the dropped tensor kept beside its input in bfloat16 and float32), each where its key's
     probability (the config's, else its class's default) is above 0; FALLBACK_DROPOUT's where the table has none."""
@@ -378,12 +366,11 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
 
 
 def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b: int, n: int, ab: float, eager: bool,
-          layers_run: int, config_path: str | None, rb: float | None = None) -> Saved | None:
+          layers_run: int, cfg: Mapping[str, Any], rb: float | None = None) -> Saved | None:
     """The text model's saved bytes, or None where its layers hold ops the rule does not know (Korthikanti's
     rule then); `rb`: under autocast, the float32 residual stream's bytes (layer_saved)."""
     if covered(s, layer_ops):
         return None
-    cfg = _config(config_path)   # (read once: the dropout probabilities and clip_qkv)
     drop = drops(s, cfg, ab, eager)
     if drop.unknown:   # a dropout of a size the rule does not scale (Inkling's attention's, CPM-Ant's)
         return None
@@ -457,7 +444,7 @@ def text_saved(m: Model, b: int, n: int, ab: float, eager: bool, layers_run: int
     last_ops = [op for op in ops if op.bucket not in ("embedding", "cls", "pooler") and not LAYER_OP.search(op.module)]
     if not layer_ops:
         return None
-    return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config_path, rb)
+    return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config or {}, rb)
 
 
 def korthikanti(s: ArchSpec, b: int, n: int, ab: float, t: int, eager: bool, meta: bool) -> tuple[float, str]:
