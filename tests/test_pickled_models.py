@@ -209,6 +209,8 @@ def test_a_transformers_model_saved_whole_reads_as_its_state_dict(tmp_path, obje
     for k, v in small.items():
         if hasattr(cfg, k):
             setattr(cfg, k, v)
+    if getattr(cfg, "layer_types", None):   # (Gemma 2's per-layer list, one a layer)
+        cfg.layer_types = cfg.layer_types[:cfg.num_hidden_layers]
     auto = transformers.AutoModel if family in ("bert", "t5", "whisper", "vit") else transformers.AutoModelForCausalLM
     torch.manual_seed(0)
     model = auto.from_config(cfg)
@@ -221,6 +223,15 @@ def test_a_transformers_model_saved_whole_reads_as_its_state_dict(tmp_path, obje
 
     s = summarize(ckpt)
     assert s["parameters"]["unique"] == sum(p.numel() for p in loaded["model"].parameters())
+    # the model's own config, as the config.json save_pretrained writes (its dtype is the weights' at save time, and
+    # the reader's keeps the fields left at their defaults, which save_pretrained drops)
+    model.save_pretrained(str(tmp_path / "hf"))
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert ckpt.config_from == "model.config of the pickle" and ckpt.config is not None
+    assert {k: ckpt.config.get(k) for k in written if k not in ("transformers_version", "dtype")} == \
+        {k: v for k, v in written.items() if k not in ("transformers_version", "dtype")}
+    assert s["architecture"]["model_type"] == model.config.model_type
+    assert s["architecture"]["architectures"] == [type(model).__name__]
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -341,3 +352,15 @@ def test_mutated_model_pickles_read_or_give_one_error(tmp_path, objects):
     seen = outcomes(_save(tmp_path, "yolo"), lambda n: n.endswith("/data.pkl"), 600, 37, str(tmp_path / "m.pt"),
                     lambda p: summarize(open_checkpoint(p)))
     assert set(seen) <= {"read", "CorruptCheckpointError", "UnsafeCheckpointError"} and "read" in seen, seen
+
+
+def test_a_config_json_beside_a_pickled_model_is_read_instead_of_its_own(tmp_path, objects):
+    transformers = pytest.importorskip("transformers")
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100))
+    torch.save(model, tmp_path / "model.pt")
+    assert open_checkpoint(str(tmp_path / "model.pt")).config_from == "config of the pickle"
+    model.config.n_positions = 64   # the file's differs from the pickled one
+    model.config.save_pretrained(str(tmp_path))
+    ckpt = open_checkpoint(str(tmp_path))
+    assert ckpt.config_path == str(tmp_path / "config.json") and ckpt.config_from is None
+    assert ckpt.config["n_positions"] == 64

@@ -46,7 +46,7 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
         "path": ckpt.path,
         "format": ckpt.format,
         "files": files,
-        "config": ckpt.config_path,
+        "config": ckpt.config_path or ckpt.config_from,
         "architecture": architecture(ckpt),
         "resolved": _resolved(ckpt),
         "counting": COUNTING_RULE,

@@ -185,6 +185,9 @@ class Checkpoint:
     metadata: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] | None = None
     config_path: str | None = None
+    # Where `config` came from when no file holds it (None: config_path, or no config): a transformers model pickled
+    # whole carries its own (formats/torch/model_config.py: "model.config of the pickle").
+    config_from: str | None = None
     readers: dict[str, Reader] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # The reader proved that no two tensors share a byte (safetensors refuses overlapping data_offsets), so

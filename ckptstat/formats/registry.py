@@ -492,8 +492,8 @@ def _take_config(ckpt: Checkpoint, cfg_path: str, cfg: dict[str, Any]) -> None:
     keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
     taken: dict[str, Any] | None = keras_hub.describe(ckpt, cfg_path, cfg) if keras_hub and keras_hub.is_keras_config(cfg) \
         else cfg
-    if taken is not None:
-        ckpt.config, ckpt.config_path = taken, cfg_path
+    if taken is not None:   # (over the reader's own: a pickled model's config)
+        ckpt.config, ckpt.config_path, ckpt.config_from = taken, cfg_path, None
 
 
 def _config_ahead(path: str) -> futures.Future[tuple[str | None, dict[str, Any] | None]]:

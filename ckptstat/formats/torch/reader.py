@@ -13,6 +13,7 @@ from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .data_classes import data_note
+from .model_config import embedded_config
 from .pickled_objects import objects_note
 from .torchscript import script_note
 from .training import torch_training, zero_fragments
@@ -94,12 +95,18 @@ def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
         notes.append(objects_note(c.instances))
     if c.script_classes is not None:
         notes.append(script_note(c.script_classes))
+    embedded = embedded_config(c.obj) if c.instances else None   # a transformers model pickled whole: its config
+    if embedded is not None:
+        notes.append(f"config: the pickled model's own ({embedded[0]}, model_type {embedded[1]['model_type']!r}), as "
+                     "save_pretrained would write it; a config.json beside the file is read instead")
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
                       ordered=True, optimizer_fragments=zero_fragments(c.obj),
                       objects=data_objects(c.obj, path) if c.outside_allowlist else {},
-                      roles={n: r for n, r in roles.items() if n in tensors})
+                      roles={n: r for n, r in roles.items() if n in tensors},
+                      config=embedded[1] if embedded else None,
+                      config_from=f"{embedded[0]} of the pickle" if embedded else None)
 
 
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:
