@@ -279,7 +279,6 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
             raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
     pkl = tz.locate("data.pkl")
     assert pkl is not None
-    script: frozenset[str] | None = None
     make: Callable[..., SafeUnpickler] = unpickler
     if tz.torchscript:   # its classes as its code/ records declare them (torchscript.py)
         if unpickler is not SafeUnpickler:
@@ -299,8 +298,6 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         # makes thousands of tiny reads; a big or compressed one is streamed.
         stream = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member
         obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size, unpickler=make)
-    if isinstance(u, ScriptUnpickler):
-        script = frozenset(u.script_classes)
     records: dict[str, StorageRecord] = {}
     compressed = False
     # the records' local headers (data_offset), fetched together when f is a URL (docs/remote.md)
@@ -314,7 +311,8 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         compressed |= not stored
         records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
     return Contents(obj, records, byteorder, {"torch.archive": tz.folder, "torch.byteorder": byteorder},
-                    compressed, pkl.file_size, frozenset(u.outside), frozenset(u.instances), script)
+                    compressed, pkl.file_size, frozenset(u.outside), frozenset(u.instances),
+                    frozenset(u.script_classes) if isinstance(u, ScriptUnpickler) else None)
 
 
 # ---------------------------------------------------------------------------------------------

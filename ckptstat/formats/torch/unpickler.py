@@ -418,8 +418,8 @@ def walk(obj: object, path: str, pickle_bytes: int | None = None,
          roles: dict[str, str] | None = None) -> Iterator[tuple[str, TensorRef]]:
     """(name, tensor) of every tensor `obj` holds; with `pickle_bytes` (the pickle's size), at most as many as the
     pickle's build budget pays for at TENSOR_BYTES each (one tensor named a million times through the memo). A pickled
-    nn.Module's (--pickled-objects) are named as its state_dict names them, each one's role ("parameter", "buffer")
-    put in `roles`."""
+    nn.Module's (--pickled-objects, pickled_objects.py) and a TorchScript module's (torchscript.py) are named as its
+    state_dict names them, each one's role ("parameter", "buffer") put in `roles`."""
     seen: set[int] = set()
     names = 0
     most = None if pickle_bytes is None else \
@@ -444,7 +444,8 @@ def walk(obj: object, path: str, pickle_bytes: int | None = None,
         if depth >= MAX_DEPTH:
             raise CorruptCheckpointError(path, f"pickle nests containers more than {MAX_DEPTH} levels deep")
         module = o if isinstance(o, Instance) and o.is_module() else None
-        if module is not None:   # (--pickled-objects) named as state_dict names it: a module registered twice under each name
+        if module is not None:   # a pickled model's (--pickled-objects) or a TorchScript archive's module, named as
+            # state_dict names it: a module registered twice under each name
             charge()     # each visit charged as a tensor name (a module shared a million times through the memo)
         elif id(o) in seen:  # shared or cyclic containers: once (no exponential blow-up)
             return
