@@ -364,3 +364,21 @@ def test_a_config_json_beside_a_pickled_model_is_read_instead_of_its_own(tmp_pat
     ckpt = open_checkpoint(str(tmp_path))
     assert ckpt.config_path == str(tmp_path / "config.json") and ckpt.config_from is None
     assert ckpt.config["n_positions"] == 64
+
+
+def test_config_classes_table_is_what_transformers_declares():
+    """formats/config_classes.json (fixtures/make_config_classes.py) against the installed transformers: every class
+    of its auto mapping, by the qualified name a pickle names it by, with the model_type the class declares."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from ckptstat.formats.torch.model_config import config_classes
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ckptstat", "formats",
+                           "config_classes.json")) as f:
+        assert json.load(f)["transformers"] == transformers.__version__
+    table = config_classes()
+    for model_type, name in CONFIG_MAPPING_NAMES.items():
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            assert table[f"{cls.__module__}.{cls.__name__}"] == (cls.model_type or model_type), name
