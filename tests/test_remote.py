@@ -171,6 +171,29 @@ def test_a_torch_zip_costs_a_few_requests(tmp_path):
         assert ckpt.read("layer.99.weight").tolist() == state["layer.99.weight"].tolist()
 
 
+def test_a_torchscript_archive_and_a_pickled_model_read_over_http_as_on_disk(tmp_path):
+    """A traced BERT (its 75 code/ records, some 85 KB, more than the zip's end window holds: prefetched together) and
+    a model pickled whole (--pickled-objects, its own config) read over http as from the disk."""
+    import torch
+    transformers = pytest.importorskip("transformers")
+    from ckptstat.formats.torch.pickled_objects import set_pickled_objects
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                  vocab_size=8000, torchscript=True)
+    bert = transformers.BertModel(cfg).eval()
+    torch.jit.trace(bert, (torch.ones(1, 5, dtype=torch.long),), strict=False).save(str(tmp_path / "traced.pt"))
+    torch.save({"model": bert}, tmp_path / "whole.pt")
+    set_pickled_objects(True)
+    try:
+        with Server(str(tmp_path)) as s:
+            for name in ("traced.pt", "whole.pt"):
+                same_report(f"{s.url}/{name}", str(tmp_path / name), s.url, str(tmp_path))
+        assert summarize(open_checkpoint(str(tmp_path / "whole.pt")))["architecture"]["model_type"] == "bert"
+    finally:
+        set_pickled_objects(False)
+
+
 def test_a_legacy_torch_file_fetches_its_storage_counts_together(tmp_path):
     """A legacy (_use_new_zipfile_serialization=False) stream's storages follow its pickles, each an int64 count
     then the bytes: the counts were read one after another, a 64 KiB window each (24 storages of 256 KiB: 1.5 MB,

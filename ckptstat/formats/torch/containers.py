@@ -25,7 +25,7 @@ from ...errors import CorruptCheckpointError, UnknownFormatError, reading
 from .allowlist import StorageRef
 from .pickle_walk import walk
 from .streams import BytesSource
-from .torchscript import ScriptUnpickler, declarations
+from .torchscript import ScriptUnpickler, code_records, declarations
 from .unpickler import SafeUnpickler, unpickle
 
 MAX_SMALL_RECORD = 1 << 16   # byteorder, version... records
@@ -287,6 +287,10 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         def read(info: zipfile.ZipInfo) -> bytes:
             data_offset(path, f, info, size)
             return zf.read(info)
+
+        # a URL's code records fetched together (each local header, its name, torch's 64-byte padding, the bytes)
+        prefetch(f, [(i.header_offset, 30 + len(i.orig_filename.encode()) + 64 + i.compress_size)
+                     for i in code_records(zf.infolist(), tz.folder) if i.header_offset >= 0])
 
         make = functools.partial(ScriptUnpickler, declared=declarations(path, zf.infolist(), tz.folder, read))
     data_offset(path, f, pkl, size, limits().pickle_ratio)

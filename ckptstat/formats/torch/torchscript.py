@@ -55,17 +55,14 @@ def declarations(path: str, infos: list[zipfile.ZipInfo], folder: str,
     `read(info)`: a record's bytes, its extent checked against the file first."""
     out: dict[str, Declared] = {}
     budget = CODE_BYTES
-    prefix = f"{folder}/code/"
-    for info in infos:
+    for info in code_records(infos, folder):
         name = info.filename
-        if not (name.startswith(prefix) and name.endswith(".py")):
-            continue
         budget -= info.file_size
         if budget < 0:
             raise CorruptCheckpointError(path, f"the TorchScript archive's code/ records hold more than {CODE_BYTES:,} "
                                                "bytes")
         text = read(info).decode("utf-8", "replace")
-        module = name[len(prefix):-3].replace("/", ".")
+        module = name[len(folder) + len("/code/"):-3].replace("/", ".")
         heads = list(_CLASS.finditer(text))
         for i, head in enumerate(heads):
             body = text[head.end(): heads[i + 1].start() if i + 1 < len(heads) else len(text)]
@@ -73,6 +70,12 @@ def declarations(path: str, infos: list[zipfile.ZipInfo], folder: str,
             out[f"{module}.{head.group(1)}"] = Declared(head.group(2) == "Module", lists.get("__parameters__", frozenset()),
                                                         lists.get("__buffers__", frozenset()))
     return out
+
+
+def code_records(infos: list[zipfile.ZipInfo], folder: str) -> list[zipfile.ZipInfo]:
+    """The archive's `code/**.py` records, which declare its classes."""
+    prefix = f"{folder}/code/"
+    return [i for i in infos if i.filename.startswith(prefix) and i.filename.endswith(".py")]
 
 
 class ScriptObject(Instance):
