@@ -121,6 +121,16 @@ def test_code_records_are_read_within_a_budget(tmp_path, monkeypatch):
         open_checkpoint(src)
 
 
+def test_code_records_are_counted_too(tmp_path, monkeypatch):
+    from ckptstat.formats.torch import torchscript
+
+    src = str(tmp_path / "m.pt")
+    _scripted(Block())(src)
+    monkeypatch.setattr(torchscript, "CODE_RECORDS", 2)
+    with pytest.raises(CorruptCheckpointError, match="code/ records, more than the 2 read"):
+        open_checkpoint(src)
+
+
 def test_a_call_in_its_pickle_is_refused_and_nothing_runs(tmp_path):
     canary = str(tmp_path / "PWNED")
     src, bad = str(tmp_path / "m.pt"), str(tmp_path / "bad.pt")

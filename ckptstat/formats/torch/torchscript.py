@@ -35,6 +35,7 @@ from .pickled_objects import Instance
 from .unpickler import SafeUnpickler
 
 CODE_BYTES = 64 << 20    # the code/ records read for declarations, in all (a 7B model's traced code: ~2 MB)
+CODE_RECORDS = 20_000    # and their number (a traced BERT has 75; each is a read)
 _CLASS = re.compile(r"^class ([A-Za-z_][\w]*)\(([\w.]*)\):", re.M)
 _LIST = re.compile(r"^  (__parameters__|__buffers__) = \[(.*)\]$", re.M)
 _ITEM = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -55,7 +56,11 @@ def declarations(path: str, infos: list[zipfile.ZipInfo], folder: str,
     `read(info)`: a record's bytes, its extent checked against the file first."""
     out: dict[str, Declared] = {}
     budget = CODE_BYTES
-    for info in code_records(infos, folder):
+    records = code_records(infos, folder)
+    if len(records) > CODE_RECORDS:
+        raise CorruptCheckpointError(path, f"the TorchScript archive holds {len(records):,} code/ records, more than "
+                                           f"the {CODE_RECORDS:,} read for declarations")
+    for info in records:
         name = info.filename
         budget -= info.file_size
         if budget < 0:
