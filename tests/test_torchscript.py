@@ -111,23 +111,16 @@ def test_a_class_declared_nowhere_is_refused(tmp_path):
         open_checkpoint(bad)
 
 
-def test_code_records_are_read_within_a_budget(tmp_path, monkeypatch):
+@pytest.mark.parametrize("limit, value, words", [("CODE_BYTES", 100, "code/ records hold more than 100 bytes"),
+                                                 ("CODE_RECORDS", 2, "code/ records, more than the 2 read")])
+def test_code_records_are_read_within_a_budget(tmp_path, monkeypatch, limit, value, words):
+    """Their bytes and their number (each a read: a million tiny records would be a million)."""
     from ckptstat.formats.torch import torchscript
 
     src = str(tmp_path / "m.pt")
     _scripted(Block())(src)
-    monkeypatch.setattr(torchscript, "CODE_BYTES", 100)
-    with pytest.raises(CorruptCheckpointError, match="code/ records hold more than 100 bytes"):
-        open_checkpoint(src)
-
-
-def test_code_records_are_counted_too(tmp_path, monkeypatch):
-    from ckptstat.formats.torch import torchscript
-
-    src = str(tmp_path / "m.pt")
-    _scripted(Block())(src)
-    monkeypatch.setattr(torchscript, "CODE_RECORDS", 2)
-    with pytest.raises(CorruptCheckpointError, match="code/ records, more than the 2 read"):
+    monkeypatch.setattr(torchscript, limit, value)
+    with pytest.raises(CorruptCheckpointError, match=words):
         open_checkpoint(src)
 
 
