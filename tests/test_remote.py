@@ -172,8 +172,8 @@ def test_a_torch_zip_costs_a_few_requests(tmp_path):
 
 
 def test_a_torchscript_archive_and_a_pickled_model_read_over_http_as_on_disk(tmp_path):
-    """A traced BERT (its 75 code/ records, some 85 KB, more than the zip's end window holds: prefetched together) and
-    a model pickled whole (--pickled-objects, its own config) read over http as from the disk."""
+    """A traced BERT (its code/ records, more than the zip's end window holds: prefetched together) and a model
+    pickled whole (--pickled-objects, its own config) read over http as from the disk."""
     import torch
     transformers = pytest.importorskip("transformers")
     from ckptstat.formats.torch.pickled_objects import set_pickled_objects

@@ -82,7 +82,7 @@ def _architecture(ckpt: Checkpoint) -> dict:
     from ..families import detect  # the registry loads when a command asks about the architecture
 
     a = detect(logical(ckpt).tensors, as_converted(ckpt.config, ckpt.metadata), meta)
-    source = a.source.replace("config.json", ckpt.config_from) if ckpt.config_from else a.source   # a pickled model's
+    source = ckpt.config_kind if a.source == "config.json" else a.source   # (a pickled model's own config)
     return {"family": a.family, "source": source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 

@@ -78,15 +78,13 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
         mt = mt if isinstance(mt, str) else None
         if family is None:
             return Resolution(None, mt, None, None, "no family module for this model_type")
-        config = ckpt.config_path or ckpt.config_from or "config.json"   # (config_from: a pickled model's own)
-        path = config if ckpt.config else f"{ckpt.path} (GGUF metadata)"
+        path = ckpt.config_path or ckpt.config_kind if ckpt.config else f"{ckpt.path} (GGUF metadata)"
         try:
             spec = from_config(cfg, path)
         except UsageError as e:
-            return Resolution(family, mt, None, None, "config.json", str(e), isinstance(e, NoAnalyticModel))
+            return Resolution(family, mt, None, None, ckpt.config_kind, str(e), isinstance(e, NoAnalyticModel))
         if spec.architecture is not None or not ckpt.tensors:
-            src = (f"{ckpt.config_from or 'config.json'} architectures" if ckpt.config else "gguf general.architecture") \
-                if spec.architecture \
+            src = (f"{ckpt.config_kind} architectures" if ckpt.config else "gguf general.architecture") if spec.architecture \
                 else "family default (no weights)"
             return Resolution(family, mt, spec, spec.head, src)
         spec, why = _head_from_weights(spec, ckpt)

@@ -275,6 +275,11 @@ class Checkpoint:
         self.close()
 
     @property
+    def config_kind(self) -> str:
+        """What held `config`, as labels name it: "config.json", or config_from (a pickled model's own)."""
+        return self.config_from or "config.json"
+
+    @property
     def file_size(self) -> int:
         return sum(file_size(f) for f in self.files)
 

@@ -198,7 +198,6 @@ def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
 def applied(using: Settings | None) -> Iterator[None]:
     """Run with the asking process's settings (None: this process's own)."""
     from ...core import files, limits
-    from ...formats.torch.pickled_objects import set_pickled_objects
 
     if using is None:
         yield
@@ -206,19 +205,23 @@ def applied(using: Settings | None) -> Iterator[None]:
     old = settings()
     limits.reset(using[0])
     files.set_allow_external(using[1])
-    set_pickled_objects(using[3])
-    if using[2] != old[2]:
+    if using[2] != old[2]:   # (the remote sources and the torch readers imported only when a switch changes)
         from ... import sources
 
         sources.set_allow_full_download(using[2])
+    if using[3] != old[3]:
+        from ...formats.torch.pickled_objects import set_pickled_objects
+
+        set_pickled_objects(using[3])
     try:
         yield
     finally:
         limits.reset(old[0])
         files.set_allow_external(old[1])
-        set_pickled_objects(old[3])
         if using[2] != old[2]:
             sources.set_allow_full_download(old[2])
+        if using[3] != old[3]:
+            set_pickled_objects(old[3])
 
 
 def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:

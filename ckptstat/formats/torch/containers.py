@@ -288,11 +288,11 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
             data_offset(path, f, info, size)
             return zf.read(info)
 
+        code = code_records(path, zf.infolist(), tz.folder)
         # a URL's code records fetched together (each local header, its name, torch's 64-byte padding, the bytes)
         prefetch(f, [(i.header_offset, 30 + len(i.orig_filename.encode()) + 64 + i.compress_size)
-                     for i in code_records(zf.infolist(), tz.folder) if i.header_offset >= 0])
-
-        make = functools.partial(ScriptUnpickler, declared=declarations(path, zf.infolist(), tz.folder, read))
+                     for i in code if i.header_offset >= 0])
+        make = functools.partial(ScriptUnpickler, declared=declarations(path, code, tz.folder, read))
     data_offset(path, f, pkl, size, limits().pickle_ratio)
     if pkl.file_size > limits().pickle_bytes:
         raise CorruptCheckpointError(path, f"{pkl.filename!r} is {pkl.file_size:,} bytes, more than the "

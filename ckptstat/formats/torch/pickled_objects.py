@@ -45,11 +45,9 @@ class Instance(Attributes):
     that is not a dict, from a class's own __getstate__, kept under `__state__`)."""
 
     def build(self, state: Any) -> None:
-        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):   # (__dict__, slots)
-            state = state[0]
-        if isinstance(state, dict):
-            self.update(state)
-        else:
+        try:
+            super().build(state)   # a __dict__, or (__dict__, slots)
+        except Refused:            # a state of the class's own __getstate__
             self["__state__"] = state
 
     def is_module(self) -> bool:

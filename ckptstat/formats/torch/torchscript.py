@@ -50,16 +50,12 @@ class Declared:
     buffers: frozenset[str]
 
 
-def declarations(path: str, infos: list[zipfile.ZipInfo], folder: str,
+def declarations(path: str, records: list[zipfile.ZipInfo], folder: str,
                  read: Callable[[zipfile.ZipInfo], bytes]) -> dict[str, Declared]:
-    """Each class code/ declares, by qualified name (`code/__torch__/a/b.py`'s `class C` is `__torch__.a.b.C`);
-    `read(info)`: a record's bytes, its extent checked against the file first."""
+    """Each class the code/ `records` (code_records) declare, by qualified name (`code/__torch__/a/b.py`'s `class C`
+    is `__torch__.a.b.C`); `read(info)`: a record's bytes, its extent checked against the file first."""
     out: dict[str, Declared] = {}
     budget = CODE_BYTES
-    records = code_records(infos, folder)
-    if len(records) > CODE_RECORDS:
-        raise CorruptCheckpointError(path, f"the TorchScript archive holds {len(records):,} code/ records, more than "
-                                           f"the {CODE_RECORDS:,} read for declarations")
     for info in records:
         name = info.filename
         budget -= info.file_size
@@ -77,10 +73,14 @@ def declarations(path: str, infos: list[zipfile.ZipInfo], folder: str,
     return out
 
 
-def code_records(infos: list[zipfile.ZipInfo], folder: str) -> list[zipfile.ZipInfo]:
-    """The archive's `code/**.py` records, which declare its classes."""
+def code_records(path: str, infos: list[zipfile.ZipInfo], folder: str) -> list[zipfile.ZipInfo]:
+    """The archive's `code/**.py` records, which declare its classes: at most CODE_RECORDS (each is a read)."""
     prefix = f"{folder}/code/"
-    return [i for i in infos if i.filename.startswith(prefix) and i.filename.endswith(".py")]
+    records = [i for i in infos if i.filename.startswith(prefix) and i.filename.endswith(".py")]
+    if len(records) > CODE_RECORDS:
+        raise CorruptCheckpointError(path, f"the TorchScript archive holds {len(records):,} code/ records, more than "
+                                           f"the {CODE_RECORDS:,} read for declarations")
+    return records
 
 
 class ScriptObject(Instance):
