@@ -6,10 +6,12 @@ The corpus (built into --corpus, or reused with --reuse):
             red-team pass's polyglots (tests/polyglots.py: two central directories read as .npz / .keras, the
             msgpack map that is BINBYTES8, a pickle whose 4 KiB head is one opcode, a zip claiming version 6.4),
             a Hugging Face cache snapshot linking to a hostile pytorch_model.bin blob, a plain pickle and numpy
-            object arrays whose element's __reduce__ runs the payload.
+            object arrays whose element's __reduce__ runs the payload, and plain data's look-alikes (a training
+            checkpoint reaching pathlib's write_text through getattr or by its qualified name).
   benign  : real saves: make_scan_corpus's torch.save controls, a whole nn.Module pickled by torch.save (class
             imports, no payload), transformers save_pretrained .bin (fixtures/torch), numpy .npy/.npz with and
-            without object arrays of plain data, Keras 3 .keras and .weights.h5, a Keras 2 .h5, safetensors,
+            without object arrays of plain data, training checkpoints with plain data (fixtures/torch/training-data*:
+            an args Namespace, numpy scalars, an omegaconf config), Keras 3 .keras and .weights.h5, a Keras 2 .h5, safetensors,
             a Flax msgpack, an HF cache snapshot of benign blobs.
 Ground truth is what the loaders do, not any scanner's verdict: torch.load(weights_only=False),
 np.load(allow_pickle=True) (every member of an .npz) and pickle.load, each over every file in a throw-away
@@ -30,6 +32,7 @@ import datetime
 import io
 import json
 import os
+import pathlib
 import pickle
 import platform
 import resource
@@ -64,6 +67,19 @@ for i, p in enumerate(sys.argv[1:]):
         pass
     print(i, flush=True)
 """
+
+
+class _Call:
+    """Pickles as `fn(*args)` (REDUCE); callable, so it can be another REDUCE's function."""
+
+    def __init__(self, fn: object, *args: object):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return self.fn, self.args
+
+    def __call__(self, *args: object) -> None:   # (pickle asks that a REDUCE's function be callable; never called)
+        raise AssertionError
 
 
 def _fixture_module(name: str):  # noqa: ANN202
@@ -124,6 +140,17 @@ def build(folder: Path) -> dict[str, str]:
     np.savez(buf, w=np.ones(3), x=np.array([evil("evil-object.npz")], dtype=object))
     put("evil-object.npz", buf.getvalue(), "hostile: np.savez with an object array")
 
+    # Plain data's look-alikes: a training checkpoint whose only globals beside its Namespace are pathlib's and
+    # getattr (a plain class's method reached), or the method named by its qualified name (protocol 4)
+    for name, payload in [("evil-getattr-path.pt", lambda m: _Call(_Call(getattr, pathlib.PosixPath, "write_text"),
+                                                                    pathlib.PosixPath(m), "")),
+                          ("evil-qualname-path.pt", lambda m: _Call(pathlib.PosixPath.write_text, pathlib.PosixPath(m),
+                                                                     ""))]:
+        buf = io.BytesIO()
+        torch.save({"args": argparse.Namespace(lr=0.1), "w": torch.ones(2), "x": payload(marker(name))}, buf,
+                   pickle_protocol=4)
+        put(name, buf.getvalue(), "hostile: plain data's look-alike (pathlib's write_text reached)")
+
     # Benign real saves.
     buf = io.BytesIO()
     torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), buf)
@@ -142,6 +169,9 @@ def build(folder: Path) -> dict[str, str]:
     for src, what in [("torch/bert-mlm/pytorch_model.bin", "transformers save_pretrained, torch zip"),
                       ("torch/bert-mlm-legacy/pytorch_model.bin", "transformers save_pretrained, legacy torch"),
                       ("torch/train.pt", "torch.save of a training checkpoint"),
+                      ("torch/training-data.pt", "a training checkpoint with plain data (args Namespace, numpy "
+                                                 "scalar, omegaconf config, numpy RNG state)"),
+                      ("torch/training-data-legacy.pt", "the same, legacy torch.save"),
                       ("keras3-zip/mlp.keras", "Keras 3 .keras"), ("keras3-zip/mlp-deflated.keras", "Keras 3 .keras"),
                       ("keras-corpus/k3-bn.keras", "Keras 3 .keras"), ("keras3/model.weights.h5", "Keras 3 .weights.h5"),
                       ("keras-corpus/k2-bn.h5", "Keras 2 .h5"), ("bert-tiny/model.safetensors", "safetensors"),

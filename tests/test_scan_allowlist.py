@@ -32,6 +32,7 @@ from ckptstat.formats.torch.allowlist import (  # noqa: E402
     allowed_in,
     is_allowed,
 )
+from ckptstat.formats.torch.data_classes import PLAIN_DATA  # noqa: E402
 from ckptstat.formats.torch.pickle_walk import WEIGHTS_ONLY_OPS  # noqa: E402
 
 # Near misses: builtins torch does not allow, names one letter off, other modules' look-alikes,
@@ -132,15 +133,19 @@ def test_allowlist_equals_torch_weights_only(table):
 
 
 def test_scan_verdict_for_each_global(table):
-    """weights_only=False imports the global: scan calls it safe exactly when torch would accept it
-    (protocol 2 maps Python 2 names as both unpicklers do)."""
+    """weights_only=False imports the global: scan calls it safe exactly when torch would accept it, or it is plain
+    data (the near misses `builtins.dict`, `numpy.dtype`...: data_classes.PLAIN_DATA), listed as such (protocol 2 maps
+    Python 2 names as both unpicklers do)."""
     for name, (path, _) in table.items():
         # torch.load (not weights_only) reads module torch.tensor as torch._tensor (load_module_mapping), and
         # turns any known *Storage name into a storage type without importing its module
-        safe = is_allowed(name.replace("torch.tensor.", "torch._tensor.")) or name.rpartition(".")[2] in STORAGE_ITEMSIZE
+        allowed = is_allowed(name.replace("torch.tensor.", "torch._tensor.")) or name.rpartition(".")[2] in STORAGE_ITEMSIZE
         r = scan(path)
-        assert r["would_run_code"] == (not safe), (name, r["verdict"])
-        assert r["unsafe_globals"] == ([] if safe else [r["globals"][0]["name"]]), name
+        effective = [g["name"] for g in r["globals"]]
+        plain = not allowed and effective[0] in PLAIN_DATA
+        assert r["would_run_code"] == (not allowed and not plain), (name, r["verdict"])
+        assert r["unsafe_globals"] == ([] if allowed or plain else effective), name
+        assert r["plain_data_globals"] == (effective if plain else []), name
 
 
 def test_the_reader_accepts_what_torch_accepts(table):
@@ -203,8 +208,8 @@ def test_every_torch_fixture_scans_safe():
     checkpoints with optimizer state, tied storages, every dtype): each loadable with weights_only, but DeepSpeed's
     ZeRO optimizer states (written by deepspeed 0.19.8, fixtures/make_training.py), which name DeepSpeed's own
     classes and are judged by DeepSpeed's loader (analysis/scan/loaders.py OWN_LOADERS), and the training checkpoints
-    naming plain-data classes (fixtures/make_torch_training_data.py), which torch.load without weights_only imports:
-    unsafe by scan's rule, as designed (docs/torch.md "Training scripts' data")."""
+    naming plain-data classes (fixtures/make_torch_training_data.py), which torch.load(weights_only=True) refuses:
+    safe, the plain data named (docs/torch.md "ckptstat scan")."""
     from ckptstat.analysis.scan import scan_local
     from ckptstat.analysis.scan.loaders import DEEPSPEED_OPTIM
 
@@ -220,7 +225,8 @@ def test_every_torch_fixture_scans_safe():
                     continue      # a .bin of another format
                 r = scan_local(p)
                 if n.startswith("training-data"):
-                    assert r["status"] == "unsafe" and "argparse.Namespace" in r["unsafe_globals"], (p, r["verdict"])
+                    assert r["status"] == "safe" and "argparse.Namespace" in r["plain_data_globals"], (p, r["verdict"])
+                    assert r["weights_only_loadable"] is False
                     continue
                 own_loader = bool(DEEPSPEED_OPTIM.match(n))
                 assert r["status"] == "safe" and r["weights_only_loadable"] is not own_loader, (p, r["verdict"])

@@ -26,8 +26,11 @@ def render_scan(r: dict, console: Console) -> None:
         t = Table(title="Globals the pickles import", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
         for c in ("global", "count", "weights_only"):
             t.add_column(c, justify="left" if c == "global" else "right")
+        plain = set(r["plain_data_globals"])
         for g in r["globals"]:
-            t.add_row(Name(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
+            t.add_row(Name(g["name"]), str(g["count"]), "allowed" if g["allowed"] else
+                      Text("refused (plain data)", style="yellow") if g["name"] in plain else
+                      Text("REFUSED", style="bold red"))
         console.print(fit_names(t, console))
     for f in r["findings"]:
         where = (f" byte {f['file_offset']:,}" if f["file_offset"] is not None else
@@ -53,7 +56,8 @@ def _detail(f: dict) -> str:
         return f["unknown"][0] if f["unknown"] else ""
     if f["status"] == "unreadable":
         return f["error"] or ""
-    return "" if not f["unreached_unsafe_globals"] else "unreached: " + ", ".join(f["unreached_unsafe_globals"])
+    return "; ".join([f"{what}: {', '.join(f[key])}" for what, key in (("plain data", "plain_data_globals"),
+                      ("unreached", "unreached_unsafe_globals")) if f[key]])
 
 
 def render_scan_tree(r: dict, console: Console) -> None:

@@ -75,9 +75,10 @@ def scan_url_if_pickle(url: str) -> dict[str, Any] | None:
 def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
     if r is None:
         return {"path": rel, "status": "unreadable", "error": error, "format": None, "torch_load": None,
-                "unsafe_globals": [], "unreached_unsafe_globals": [], "findings": [], "unknown": [], "verdict": error}
-    keys = ("format", "torch_load", "unsafe_globals", "unreached_unsafe_globals", "findings", "unknown", "verdict",
-            "weights_only_loadable")
+                "unsafe_globals": [], "plain_data_globals": [], "unreached_unsafe_globals": [], "findings": [],
+                "unknown": [], "verdict": error}
+    keys = ("format", "torch_load", "unsafe_globals", "plain_data_globals", "unreached_unsafe_globals", "findings",
+            "unknown", "verdict", "weights_only_loadable")
     return {"path": rel, "status": r["status"], "error": None, **{k: r[k] for k in keys}}
 
 

@@ -471,6 +471,7 @@ def _merge(r: dict[str, Any], rel: str, m: dict[str, Any]) -> None:
             known[g["name"]] = dict(g)
     r["globals"] = [known[n] for n in sorted(known)]
     r["unsafe_globals"] = sorted(set(r["unsafe_globals"]) | set(m["unsafe_globals"]))
+    r["plain_data_globals"] = sorted(set(r["plain_data_globals"]) | set(m["plain_data_globals"]))
     r["unreached_unsafe_globals"] = sorted((set(r["unreached_unsafe_globals"]) | set(m["unreached_unsafe_globals"]))
                                            - set(r["unsafe_globals"]))
     r["unknown"] += [f"{rel}: {u}" for u in m["unknown"]]

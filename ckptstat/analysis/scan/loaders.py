@@ -270,19 +270,23 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
     r = report(t)
     why = "np.load(allow_pickle=True) imports it (and may call it)"
     for f in [*r["findings"], *(f for p in r["pickles"] for f in p["findings"])]:
-        f["why"] = why
+        if f["opcode"] != "BUILD":
+            f["why"] = why
     r["torch_load"] = "not torch.load's: np.load(allow_pickle=True) unpickles object arrays (allow_pickle=False refuses)"
     r["weights_only_loadable"] = False
     if r["status"] == "unsafe":
         r["verdict"] = "UNSAFE: np.load(allow_pickle=True) would import and may call: " + ", ".join(r["unsafe_globals"])
     elif r["status"] == "safe":
         objects = sum(1 for _ in t.walks)
-        others = [g["name"] for g in r["globals"] if g["name"] not in NUMPY_OWN]   # (each in torch's allowlist)
+        others = [g["name"] for g in r["globals"] if g["name"] not in NUMPY_OWN and g["allowed"]]
+        plain = r["plain_data_globals"]
+        also = [f"{', '.join(others)}, in torch's weights_only allowlist"] * bool(others) + [
+            f"{', '.join(plain)}, plain data that makes values and runs no code of the file's choosing"] * bool(plain)
         r["verdict"] = ("safe: no object array (np.load reads no pickle)" if not objects else
                         f"safe: {objects} object array(s), whose pickles import only numpy's own reconstruction"
-                        if not others else
+                        if not also else
                         f"safe: {objects} object array(s), whose pickles import numpy's own reconstruction and "
-                        f"{', '.join(others)}, in torch's weights_only allowlist")
+                        + "; and ".join(also))
     return r
 
 
@@ -405,6 +409,7 @@ def judged_by_own_loader(t: Trace, local: bool = True) -> dict[str, Any] | None:
         return None
     for w, _ in t.walks:
         w.findings = [fd for fd in w.findings if fd.name not in o.allowed]
+        w.plain_data -= o.allowed
     if o.dcp and local:
         _dcp_items(t)
     elif o.dcp and any(DCP_ITEM in w.globals for w, _ in t.walks):

@@ -13,9 +13,12 @@ anything (docs/torch.md, "ckptstat scan").
   the protocol, sys_info, the object and the storage-key pickles.
 
 Each pickle torch reaches is walked on a model of the C unpickler (pickle_machine.py). The verdict:
-"unsafe" when a pickle torch reaches imports a global outside weights_only's allowlist (or one scan
-cannot name), "unknown" when scan cannot follow a path torch may take (never "safe" then), else "safe".
-Pickles torch does not reach are walked and listed too, apart.
+"unsafe" when a pickle torch reaches imports a global outside weights_only's allowlist and outside the plain data
+training scripts save (formats/torch/data_classes.py PLAIN_DATA: argparse.Namespace, numpy scalars and arrays,
+omegaconf configs, paths, datetimes, which make values and run no code of the file's choosing), or one scan cannot
+name, or sets attributes on a global itself (BUILD); "unknown" when scan cannot follow a path torch may take (never
+"safe" then), else "safe" (saying when torch.load(weights_only=True) still refuses the file). Pickles torch does not
+reach are walked and listed too, apart.
 """
 from __future__ import annotations
 
@@ -439,21 +442,27 @@ def report(t: Trace, safe: str | None = None, loader: str | None = None) -> dict
     reached = [w for w, r in t.walks if r]
     unreached = [w for w, r in t.walks if not r]
     unsafe = sorted({fd.name for w in reached for fd in w.findings})
+    plain = sorted({n for w in reached for n in w.plain_data})
     status = "unsafe" if unsafe else "unknown" if t.unknown else "safe"
     dormant = [] if t.torchscript else sorted({fd.name for w in unreached for fd in w.findings} - set(unsafe))
     who = loader or "torch.load"
+    plain_text = f"plain data that makes values and runs no code of the file's choosing ({', '.join(plain)})"
+    allowed = "torch's weights_only allowlist" + (f" or {plain_text}" if plain else "")
     if status == "unsafe":
-        verdict = f"UNSAFE: {loader or 'torch.load without weights_only'} would import and may call: " + ", ".join(unsafe)
+        named = sorted({fd.name + (" (its attributes set by BUILD)" if fd.opcode == "BUILD" else "")
+                        for w in reached for fd in w.findings})
+        verdict = f"UNSAFE: {loader or 'torch.load without weights_only'} would import and may call: " + ", ".join(named)
     elif status == "unknown":
         verdict = f"UNKNOWN: scan cannot tell what {who} would run: " + t.unknown[0]
     elif safe:
-        verdict = safe
+        verdict = safe + (f", and {plain_text}" if plain else "")
     elif t.raises:
-        verdict = f"safe: {t.raises}, having imported nothing outside torch's weights_only allowlist"
+        verdict = f"safe: {t.raises}, having imported nothing outside {allowed}"
     else:
-        verdict = f"safe: every global {who} would import is in torch's weights_only allowlist"
+        verdict = f"safe: every global {who} would import is in {allowed}"
         if t.weights_only:   # (nothing runs without weights_only; with it, torch refuses the file)
-            verdict += f"; torch.load(weights_only=True) refuses the file: {t.weights_only}"
+            verdict += f"; torch.load(weights_only=True) refuses the file: {t.weights_only}" + (
+                " (torch's error names each class to allow in torch.serialization.safe_globals)" if plain else "")
     if dormant:
         verdict += f" ({len(dormant)} global(s) outside the allowlist in pickles {who} does not reach: {', '.join(dormant)})"
     return {
@@ -467,6 +476,7 @@ def report(t: Trace, safe: str | None = None, loader: str | None = None) -> dict
                      "stops": w.failure and f"offset {w.fail_at}: {w.failure}"} for w, r in t.walks],
         "globals": _globals([w for w, _ in t.walks]),
         "unsafe_globals": unsafe,
+        "plain_data_globals": plain,
         "unreached_unsafe_globals": dormant,
         "findings": [_finding(w, fd) for w in reached for fd in w.findings],
         "unknown": t.unknown,
@@ -485,7 +495,8 @@ def plain_report(path: str, fmt: str, torch_load: str, findings: list[dict[str, 
     status = "unsafe" if unsafe else "unknown" if unknown else "safe"
     return {
         "schema": SCAN_SCHEMA, "path": path, "format": fmt, "status": status, "torch_load": torch_load,
-        "pickles": [], "globals": [], "unsafe_globals": unsafe, "unreached_unsafe_globals": [], "findings": findings,
+        "pickles": [], "globals": [], "unsafe_globals": unsafe, "plain_data_globals": [], "unreached_unsafe_globals": [],
+        "findings": findings,
         "unknown": unknown, "notes": notes, "weights_only_loadable": False, "weights_only_refusal": None,
         "would_run_code": status != "safe", "verdict": verdict,
     }

@@ -307,6 +307,13 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     DataGlobal("datetime.timezone", call=_timezone),
 )}
 
+# What `ckptstat scan` calls plain data: the table's globals but getattr, under any loader (pickle.load, torch.load
+# without weights_only). Each is a stdlib, numpy, omegaconf, mmengine or torch class or constructor that, called or
+# built with whatever arguments and state a pickle gives it, makes a value and runs no code of the file's choosing
+# (a Namespace's attributes, a config's nodes, a number, a path, a moment, an array); a type only named is a value.
+# `builtins.getattr` is how a pickle reaches any callable (`getattr(module_object, "system")`): a finding, always.
+PLAIN_DATA: frozenset[str] = frozenset(TABLE) - {"builtins.getattr"}
+
 
 def data_note(met: frozenset[str]) -> str:
     """What the reader says of a pickle that named the globals `met`, outside torch's allowlist."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .allowlist import STORAGE_ITEMSIZE, allowed_name, weights_only_allows
+from .data_classes import PLAIN_DATA
 from .streams import Source, Truncated
 
 MAX_OPS = 4_000_000          # opcodes walked in one pickle (unpickler.MAX_OPS)
@@ -35,6 +36,8 @@ MAX_LINE = 1 << 16           # a text opcode's line (GLOBAL module or name...) r
 MAX_TRACKED = 100_000        # items a tracked list or tuple keeps (and the dict items a walk keeps in all)
 MAX_DICT = 64                # items a TrackedDict keeps (a joblib wrapper's state holds 6)
 Buffering = Literal["peek", "drop"]
+BUILDS_GLOBAL = ("BUILD on the imported global itself (a class or function, not an object made from it): its "
+                 "attributes are set, changing it for the whole loading process")
 
 # ---------------------------------------------------------------------------------------------
 # Values the walk keeps.
@@ -75,6 +78,7 @@ class Walk:
     globals: dict[str, bool] = field(default_factory=dict)     # effective name -> allowed
     counts: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)      # what may run code
+    plain_data: set[str] = field(default_factory=set)         # globals outside the allowlist that make values only
     failure: str | None = None               # why the unpickler certainly raises...
     fail_at: int = 0                         # ...at this offset
     incomplete: str | None = None            # the walk gave up (a limit): the rest is unknown
@@ -88,6 +92,7 @@ class Walk:
         """Globals a loader's own unpickling imports (numpy's, joblib's), accepted beside torch's allowlist."""
         self.findings = [fd for fd in self.findings if fd.name not in names]
         self.globals = {n: ok or n in names for n, ok in self.globals.items()}
+        self.plain_data -= names
 
     @property
     def unknown(self) -> str | None:
@@ -253,6 +258,9 @@ class Machine:
         return UNKNOWN if self.builds is None else self.builds.made(self, fn, args, init)
 
     def built(self, obj: object, state: object) -> object:
+        if isinstance(obj, Global):   # no pickler writes it: BUILD follows the object a call made
+            self.note_weights_only(f"BUILD of the global {obj.name} itself")
+            self.w.findings.append(Finding(self.op_at, "BUILD", obj.name, BUILDS_GLOBAL))
         return UNKNOWN if self.builds is None else self.builds.built(self, obj, state)
 
     def new_dict(self, items: list[object]) -> object:
@@ -293,7 +301,9 @@ class Machine:
         full = f"{module}.{name}"
         ok = allowed_name(full)
         self.record(full, ok)
-        if not ok:
+        if not ok and full in PLAIN_DATA:
+            self.w.plain_data.add(full)
+        elif not ok:
             self.w.findings.append(Finding(self.op_at, opcode, full, "outside torch's weights_only allowlist: "
                                            "torch.load without weights_only imports it (and may call it)"))
         return Global(full)

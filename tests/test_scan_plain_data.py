@@ -1,0 +1,209 @@
+"""`ckptstat scan` of training checkpoints whose pickles name plain data outside torch's weights_only allowlist (timm's
+and fairseq's `args` Namespace, numpy scalars and arrays, omegaconf `hyper_parameters`, paths, torch.__version__):
+safe, the plain data listed, torch.load(weights_only=True)'s refusal said (formats/torch/data_classes.py PLAIN_DATA,
+docs/torch.md "ckptstat scan"); anything that reaches past plain data stays UNSAFE.
+
+Oracles: torch and pickle themselves, never ckptstat's output.
+- Each real save of test_torch_data_classes.CASES (zip and legacy, pickle protocols 2 to 5): torch.load(
+  weights_only=True) refuses it, `get_unsafe_globals_in_checkpoint` names exactly the globals scan calls plain data, and
+  torch.load(weights_only=False) loads it in a child process under an audit hook (sys.addaudithook) that records every
+  event of running code or importing a package, starting a process, touching a socket or writing a file: none fires.
+- Look-alikes that reach past plain data with the same globals' modules (getattr of a path class's method, a method of
+  a plain class named by its qualified name, numpy's and omegaconf's savers): each payload writes its marker under
+  torch.load(weights_only=False) in a child process, and scan says UNSAFE naming the global.
+- BUILD on a class itself (no pickler writes it): the loaded class carries the attribute afterwards (it changed for the
+  whole process), and scan says UNSAFE."""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import pickle
+
+import library_runner
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("omegaconf")
+
+from test_scan_tree import _torch_zip  # noqa: E402
+from test_torch_data_classes import CASES, _globals_outside_allowlist, _model  # noqa: E402 - the real training saves
+
+from ckptstat.analysis.scan import scan_path  # noqa: E402
+from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
+from ckptstat.formats.torch.data_classes import PLAIN_DATA  # noqa: E402
+
+# torch.load(weights_only=False) of argv[1] under an audit hook; writes to argv[2] the events that would mean the file
+# ran code (the libraries its plain data needs imported first, as the training script that reads it has them). eval and
+# exec of text fire "exec" too; "compile" alone is torch's own (typing's forward references)
+AUDITED_LOAD = r"""
+import argparse, datetime, json, os, pathlib, sys, warnings
+import numpy, omegaconf, torch
+warnings.simplefilter("ignore")
+SEEN, ON = [], [True]
+WATCHED = ("exec", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill",
+           "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod", "os.symlink", "os.link", "os.truncate",
+           "subprocess.Popen", "socket.", "ctypes.", "shutil.", "pty.spawn", "webbrowser")
+# the loaders' own lazy imports (torch.load imports torch.utils.serialization...) run their modules' code: not the file's
+packages = {m.split(".")[0] for m in sys.modules}
+roots = tuple(os.path.dirname(f) + os.sep for f in (getattr(sys.modules[p], "__file__", None) for p in packages)
+              if f and f.endswith("__init__.py"))
+def hook(event, args):
+    if not ON[0] or event == "exec" and getattr(args[0], "co_filename", "").startswith(roots):
+        return
+    if event.startswith(WATCHED) or event == "import" and args[0].split(".")[0] not in packages or (
+            event == "open" and (not isinstance(args[1], str) or any(c in args[1] for c in "wax+"))):
+        SEEN.append(event + " " + repr(args)[:120])
+sys.addaudithook(hook)
+obj = torch.load(sys.argv[1], weights_only=False)
+ON[0] = False
+with open(sys.argv[2], "w") as f:
+    json.dump(SEEN, f)
+"""
+
+# torch.load(weights_only=False) of each path, in the file's folder; then the marker a BUILD on a class leaves
+LOADER = """
+import argparse, sys, warnings, torch
+warnings.simplefilter("ignore")
+for path in sys.argv[1:]:
+    try:
+        torch.load(path, weights_only=False)
+    except BaseException:
+        pass
+if getattr(argparse.Namespace, "ckptstat_marker", None):
+    open("build-marker", "w").close()
+"""
+
+
+def _audited_load(path: str, tmp_path) -> list[str]:
+    out = tmp_path / "events.json"
+    assert library_runner.python(AUDITED_LOAD, path, str(out)) == 0
+    return json.loads(out.read_text())
+
+
+def _saved(tmp_path, name: str, legacy: bool, protocol: int) -> str:
+    path = str(tmp_path / f"{name}.pt")
+    torch.save(CASES[name](), path, _use_new_zipfile_serialization=not legacy, pickle_protocol=protocol)
+    return path
+
+
+@pytest.mark.parametrize("legacy, protocol", [(False, 2), (True, 2), (False, 4), (False, 5), (True, 5)],
+                         ids=["zip", "legacy", "zip-p4", "zip-p5", "legacy-p5"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_real_training_saves_scan_safe_naming_their_plain_data(tmp_path, name, legacy, protocol):
+    path = _saved(tmp_path, name, legacy, protocol)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(path, weights_only=True)
+    r = scan(path)
+    assert r["status"] == "safe" and not r["would_run_code"] and r["unsafe_globals"] == [], r["verdict"]
+    assert r["plain_data_globals"] == _globals_outside_allowlist(path)   # (what torch.load's unpickler looks up)
+    assert set(r["plain_data_globals"]) <= PLAIN_DATA
+    assert r["weights_only_loadable"] is False and r["weights_only_refusal"]
+    assert "plain data" in r["verdict"] and "torch.load(weights_only=True) refuses the file" in r["verdict"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_torch_load_of_them_runs_nothing(tmp_path, name):
+    """What `safe` promises, seen from inside the loading process: no code compiled or run, no module imported, no
+    process, socket or file written."""
+    path = _saved(tmp_path, name, legacy=False, protocol=2)
+    assert _audited_load(path, tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------------- look-alikes
+
+class _Call:
+    """Pickles as `fn(*args)` (REDUCE); callable, so it can itself be the function of another REDUCE."""
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+    def __call__(self, *args):   # (pickle asks that a REDUCE's function be callable; never called)
+        raise AssertionError
+
+
+def _payloads(marker: str) -> dict[str, tuple[object, str]]:
+    """name -> (what torch.save writes, the global scan must name): each writes `marker` when unpickled."""
+    import omegaconf
+
+    where = pathlib.PosixPath(marker)
+    return {
+        # getattr of a plain class: any of its methods, here Path.write_text, called with plain data
+        "getattr": (_Call(_Call(getattr, pathlib.PosixPath, "write_text"), where, "x"), "builtins.getattr"),
+        # the same method named by its qualified name (protocol 4's STACK_GLOBAL)
+        "qualname": (_Call(pathlib.PosixPath.write_text, where, "x"), "pathlib.Path.write_text"),
+        "numpy.save": (_Call(np.save, marker, np.zeros(1)), "numpy.save"),
+        "omegaconf.save": (_Call(omegaconf.OmegaConf.save, omegaconf.OmegaConf.create({"a": 1}), marker),
+                           "omegaconf.omegaconf.OmegaConf.save"),
+    }
+
+
+@pytest.mark.parametrize("case", ["getattr", "qualname", "numpy.save", "omegaconf.save"])
+def test_look_alikes_that_run_code_are_unsafe(tmp_path, case):
+    marker = "marker.npy" if case == "numpy.save" else "marker"
+    obj, glob = _payloads(marker)[case]
+    path = str(tmp_path / f"{case}.pt")
+    torch.save({"args": argparse.Namespace(lr=0.1), "metric": np.float64(1.5), "state_dict": _model(), "x": obj},
+               path, pickle_protocol=4)
+    assert library_runner.python(LOADER, path, cwd=str(tmp_path)) == 0
+    assert (tmp_path / marker).exists(), "the payload did not run: the case proves nothing"
+    r = scan(path)
+    assert r["status"] == "unsafe" and glob in r["unsafe_globals"], r["verdict"]
+    assert "argparse.Namespace" in r["plain_data_globals"] and "argparse.Namespace" not in r["unsafe_globals"]
+
+
+@pytest.mark.parametrize("glob", ["argparse.Namespace", "pathlib.PosixPath", "torch._utils._rebuild_tensor_v2"])
+def test_build_on_a_class_itself_is_unsafe(tmp_path, glob):
+    """BUILD of (None, {attribute: value}) on the imported global: pickle sets the attribute on the class or function
+    itself, for the whole process (the loader sees it afterwards on argparse.Namespace)."""
+    module, _, name = glob.rpartition(".")
+    pkl = (b"\x80\x02c" + module.encode() + b"\n" + name.encode() + b"\nN}X\x0f\x00\x00\x00ckptstat_markerK\x01s\x86b"
+           b"0}.")
+    path = tmp_path / "b.pt"
+    path.write_bytes(_torch_zip(pkl))
+    assert library_runner.python(LOADER, str(path), cwd=str(tmp_path)) == 0
+    assert (tmp_path / "build-marker").exists() is (glob == "argparse.Namespace")
+    r = scan(path)
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == [glob], r["verdict"]
+    assert "its attributes set by BUILD" in r["verdict"]
+    (finding,) = r["findings"]
+    assert finding["opcode"] == "BUILD" and finding["global"] == glob
+
+
+def test_getattr_is_never_plain_data():
+    assert "builtins.getattr" not in PLAIN_DATA and "argparse.Namespace" in PLAIN_DATA
+
+
+# ------------------------------------------------------------------------------------------------- folders, numpy
+
+def test_a_folder_scan_names_the_plain_data(tmp_path, cli):
+    for name in ("timm", "lightning-hydra"):
+        torch.save(CASES[name](), tmp_path / f"{name}.pth.tar")
+    obj, _ = _payloads("marker")["getattr"]
+    torch.save({"args": argparse.Namespace(lr=0.1), "x": obj}, tmp_path / "evil.pth.tar")
+    rc, out, _ = cli("scan", str(tmp_path))
+    text = " ".join(out.split())   # (a line wraps at the console's width)
+    assert rc == 1 and "2 safe, 1 unsafe" in text
+    assert "SAFE timm.pth.tar plain data: argparse.Namespace, numpy._core.multiarray.scalar, numpy.dtype" in text
+    assert "UNSAFE evil.pth.tar builtins.getattr" in text
+    files = {f["path"]: f for f in scan_path(str(tmp_path))["files"]}
+    assert "omegaconf.dictconfig.DictConfig" in files["lightning-hydra.pth.tar"]["plain_data_globals"]
+
+
+def test_numpy_object_arrays_of_plain_data(tmp_path):
+    """np.save of an object array holding plain data: np.load(allow_pickle=True) builds it, scan says safe and names
+    the plain data; an array holding a payload stays UNSAFE."""
+    import datetime
+
+    values = np.array([datetime.date(2024, 5, 1), pathlib.PurePosixPath("/data"), argparse.Namespace(lr=0.1)],
+                      dtype=object)
+    path = str(tmp_path / "meta.npy")
+    np.save(path, values, allow_pickle=True)
+    assert list(np.load(path, allow_pickle=True)) == list(values)
+    r = scan_path(path)
+    assert r["status"] == "safe" and "plain data" in r["verdict"], r["verdict"]
+    assert {"argparse.Namespace", "datetime.date", "pathlib.PurePosixPath"} <= set(r["plain_data_globals"])
