@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import pathlib
 import pickle
 import zipfile
@@ -18,6 +19,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
 from ckptstat import CorruptCheckpointError, UnsafeCheckpointError, open_checkpoint
 
@@ -188,8 +190,9 @@ def _listed(note: str) -> list[str]:
 
 
 def _leaves(prefix: str, v: object) -> dict[str, object]:
-    """The reader's dotted names for a data value's leaves (lists of containers flattened, as objects are)."""
-    if isinstance(v, dict):
+    """The reader's dotted names for a data value's leaves (lists of containers flattened, as objects are; an empty
+    dict is a value)."""
+    if isinstance(v, dict) and v:
         out: dict[str, object] = {}
         for k, x in v.items():
             out.update(_leaves(f"{prefix}.{k}", x))
@@ -202,25 +205,93 @@ def _leaves(prefix: str, v: object) -> dict[str, object]:
     return {prefix: v}
 
 
-@pytest.mark.parametrize("name", ["timm", "fairseq", "lightning-hydra", "megatron"])
-def test_namespaces_and_configs_are_listed_with_their_values(tmp_path, name):
+def _values(want: object, file: str = "") -> dict[str, object]:
+    """Every value torch gives back beside the tensors, below the top level, as the objects list names them: dicts by
+    key, lists and tuples holding only containers or tensors by index (the rule DCP's items and Megatron's common.pt
+    follow), eight levels deep, an empty one a value; a Namespace's attributes and a config's values as dicts, numpy
+    arrays by shape and dtype; a value holding a tensor is none (its tensors are listed); the top level's numbers and
+    strings are the metadata, its None and empty containers nothing (an empty object: nothing at all), a plain object
+    that is no container the value named `file`."""
+    out: dict[str, object] = {}
+
+    def holds_tensor(v: object) -> bool:
+        return isinstance(v, torch.Tensor) or isinstance(v, (dict, list, tuple)) and any(
+            holds_tensor(x) for x in (v.values() if isinstance(v, dict) else v))
+
+    def shown(v: object, depth: int = 0) -> object:   # (past 64 items or 4 levels a container is described)
+        if isinstance(v, np.ndarray):
+            return f"<numpy array [{', '.join(map(str, v.shape))}] {v.dtype.str[1:]}>"
+        if isinstance(v, (list, tuple, dict)) and (len(v) > 64 or depth >= 4):
+            return f"<{type(v).__name__} of {len(v):,} items>"
+        if isinstance(v, (list, tuple)):
+            return [shown(x, depth + 1) for x in v]
+        return {k: shown(x, depth + 1) for k, x in v.items()} if isinstance(v, dict) else v
+
+    def rec(o: object, name: str, depth: int) -> None:
+        if depth < 8 and (isinstance(o, dict) and o or isinstance(o, (list, tuple)) and o and all(
+                isinstance(x, (dict, list, tuple, torch.Tensor)) for x in o)):
+            for k, v in o.items() if isinstance(o, dict) else enumerate(o):
+                child = f"{name}.{k}" if name else str(k)
+                if depth or not (v is None or isinstance(v, (int, float, str)) or isinstance(v, (dict, list, tuple))
+                                 and not v):
+                    rec(v, child, depth + 1)
+        elif not holds_tensor(o):
+            out[name or file] = shown(o)
+
+    if not (want is None or isinstance(want, (dict, list, tuple)) and not want):
+        rec(_plain(want), "", 0)
+    return json.loads(json.dumps(out))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_value_beside_the_tensors_is_listed(tmp_path, name):
+    """Namespaces' attributes, configs' values, numpy scalars and arrays, and the plain values of nested dicts and lists
+    (fairseq's `extra_state.best`, `optimizer_history.0.num_updates`) as torch.load gives them back."""
     path, _ = _save(tmp_path, name)
     _, want = _oracle(path)
     ckpt = open_checkpoint(path)
-    expected: dict[str, object] = {}
+    expected = _values(want)
+    assert expected and {k: o["value"] for k, o in ckpt.objects.items()} == expected
 
-    def find(o: object, prefix: str) -> None:
-        if isinstance(o, (argparse.Namespace, omegaconf.DictConfig, omegaconf.ListConfig)):
-            expected.update(_leaves(prefix, _plain(o)))
-        elif isinstance(o, dict):
-            for k, v in o.items():
-                find(v, f"{prefix}.{k}" if prefix else str(k))
-        elif isinstance(o, (list, tuple)):
-            for i, v in enumerate(o):
-                find(v, f"{prefix}.{i}" if prefix else str(i))
-    find(want, "")
-    shown = {k: o["value"] for k, o in ckpt.objects.items() if "numpy array" not in str(o.get("value"))}
-    assert expected and shown == json.loads(json.dumps(expected))
+
+TRAINING_SAVES = sorted(str(p.relative_to(ROOT)) for p in pathlib.Path(ROOT, "fixtures").rglob("*")
+                        if p.suffix in (".pt", ".pth", ".ckpt") and "optim_states" not in p.name
+                        and "torch215" not in p.parts)   # (saved by a later torch than the test install's)
+
+
+@pytest.mark.parametrize("rel", TRAINING_SAVES)
+def test_every_value_of_the_libraries_saves_is_listed(rel):
+    """The checkpoints Lightning, DeepSpeed, timm's and torchvision's training scripts, transformers and torch wrote
+    for fixtures/ (their optimizers' param_groups, Lightning's loops, callbacks and schedulers, DeepSpeed's ds_config
+    and param_shapes, timm's args): every value beside the tensors, as torch.load gives them back (the fixtures are
+    this repository's own saves: loaded without weights_only). DeepSpeed's optimizer states name DeepSpeed's classes,
+    read through their folder (tests/test_training.py)."""
+    path = os.path.join(ROOT, rel)
+    want = torch.load(path, weights_only=False, map_location="cpu")
+    got = {k: o["value"] for k, o in open_checkpoint(path).objects.items()}
+    assert got == _values(want, os.path.basename(path))
+
+
+def test_shared_and_cyclic_values_are_bounded(tmp_path):
+    """A dict shared through the memo is listed under each of its names, at most MAX_OBJECTS in all: a 26 KB pickle
+    naming one empty dict through 1,000 keys at each of eight levels (10^24 names) lists 10,000 and stops; a dict
+    holding itself is a value past the naming depth."""
+    from ckptstat.formats.torch.values import MAX_OBJECTS
+
+    shared: dict = {}
+    for _ in range(8):
+        shared = {f"k{i}": shared for i in range(1000)}
+    cyclic: dict = {"lr": 0.1}
+    cyclic["self"] = cyclic
+    path = str(tmp_path / "bomb.pt")
+    torch.save({"w": torch.ones(2), "bomb": shared, "cyclic": cyclic}, path)
+    objects = open_checkpoint(path).objects
+    assert len(objects) == MAX_OBJECTS and all(k.startswith("bomb.k0.") for k in objects)
+    path = str(tmp_path / "cycle.pt")
+    torch.save({"w": torch.ones(2), "cyclic": cyclic}, path)
+    objects = open_checkpoint(path).objects
+    assert objects["cyclic.lr"]["value"] == 0.1 and objects["cyclic" + ".self" * 6 + ".lr"]["value"] == 0.1
+    assert objects["cyclic" + ".self" * 7]["value"]["lr"] == 0.1
 
 
 def test_numpy_arrays_are_values_not_tensors(tmp_path):
@@ -228,7 +299,7 @@ def test_numpy_arrays_are_values_not_tensors(tmp_path):
     ckpt = open_checkpoint(path)
     state = obj["rng_state"][0]["np_rng_state"]
     assert not any("np_rng_state" in n for n in ckpt.tensors)
-    assert ckpt.objects["rng_state.0.np_rng_state.1"]["value"] == f"<numpy array [{state[1].size}] u4>"
+    assert ckpt.objects["rng_state.0.np_rng_state"]["value"][1] == f"<numpy array [{state[1].size}] u4>"
     assert any("numpy arrays are values, not tensors" in n for n in ckpt.notes)
 
 

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from .allowlist import DTypeRef, Named
-from .data_classes import Attributes, Config, ConfigList, NumpyArray, Unread
+from .allowlist import DTypeRef, Named, StorageRef, TensorRef
+from .data_classes import NumpyArray, Unread
 from .pickled_objects import Instance
-from .unpickler import INT_TEXT_BITS, int_text, key_text, named_leaves
+from .unpickler import INT_TEXT_BITS, int_text, key_text
 
 MAX_OBJECTS = 10_000     # non-tensor values kept per checkpoint (an optimizer's param_groups: 12 a group)
 MAX_VALUE_ITEMS = 64     # items of a list / dict value kept; a bigger one is described, not kept
 MAX_VALUE_DEPTH = 4
+MAX_NAME_DEPTH = 8       # levels a torch.save'd object's values are named through (Lightning's loop progress: 6)
 MAX_TEXT = 200           # characters of a string value kept
 
 
@@ -49,6 +50,8 @@ def inert(v: Any, depth: int = 0) -> Any:
     if depth < MAX_VALUE_DEPTH and isinstance(v, dict) and len(v) <= MAX_VALUE_ITEMS \
             and all(isinstance(k, (str, int)) for k in v):
         return {key_text(k): inert(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple, dict)):   # plain, too big or deep to show: described (an optimizer's `params`)
+        return f"<{getattr(v, 'shown', type(v).__name__)} of {len(v):,} items>"
     raise NotInert(type(v).__name__)
 
 
@@ -78,20 +81,53 @@ def row(file: str, value: Any) -> dict[str, Any]:
     return out
 
 
-_DATA = (Attributes, Config, ConfigList)
+_TENSORS = (TensorRef, StorageRef)
 
 
-def data_objects(obj: Any, path: str) -> dict[str, dict[str, Any]]:
-    """The training-script data (an argparse.Namespace's attributes, an omegaconf config's values, numpy arrays) a
-    torch.save'd object holds, found through its plain dicts and lists, by dotted name (`args.lr`,
-    `hyper_parameters.cfg.lr`)."""
-    out: dict[str, dict[str, Any]] = {}
+def _holds_tensor(v: Any, memo: dict[int, bool]) -> bool:
+    """A tensor or storage is in `v` (its tensors are listed as tensors, not as a value); each container's answer
+    kept in `memo`, so a walk asks about each once (walk() has bounded the nesting already)."""
+    if isinstance(v, _TENSORS) or isinstance(v, Instance) and v.is_module():
+        return True
+    if not isinstance(v, (dict, list, tuple)):
+        return False
+    if id(v) not in memo:
+        memo[id(v)] = False   # (a container holding itself: not asked again)
+        memo[id(v)] = any(_holds_tensor(x, memo) for x in (v.values() if isinstance(v, dict) else v))
+    return memo[id(v)]
+
+
+def checkpoint_objects(obj: Any, path: str, top: Callable[[str, Any], bool]) -> dict[str, dict[str, Any]]:
+    """Every value a torch.save'd object holds beside its tensors, by dotted name, as a DCP folder's items are shown
+    (`extra_state.best`, `hyper_parameters.lr`, `optimizer.param_groups.0.lr`; an argparse.Namespace's attributes
+    and an omegaconf config's values under its name, `args.lr`), named as `flat` names them, MAX_NAME_DEPTH levels
+    deep (a container there is a value). A dict shared through the memo is listed under each name it has, as
+    torch.load gives it back; one that holds tensors is walked once, and an empty one is a value, so every step of
+    the walk lists a value or a tensor. Not values: tensors and storages, a value holding any (its tensors are
+    listed), a pickled module (its tensors are its state_dict), and the top-level items `top` picks (what the
+    metadata shows, None). At most MAX_OBJECTS."""
     file = os.path.basename(path)
-    for name, o in named_leaves(obj, (NumpyArray, Unread, *_DATA), MAX_VALUE_DEPTH, lambda name: None):
-        if isinstance(o, Instance) and o.is_module():   # a pickled model: its tensors are the state_dict, not values
-            continue
-        for leaf_name, leaf in flat(name, o) if isinstance(o, _DATA) else ((name, o),):
-            if len(out) >= MAX_OBJECTS:
-                return out
-            out[leaf_name or file] = row(file, leaf)
+    out: dict[str, dict[str, Any]] = {}
+    seen: set[int] = set()
+    holds: dict[int, bool] = {}
+
+    def rec(o: Any, name: str, depth: int) -> None:
+        if len(out) >= MAX_OBJECTS or isinstance(o, Instance) and o.is_module():
+            return
+        if depth < MAX_NAME_DEPTH and o and (isinstance(o, dict) and all(isinstance(k, (str, int)) for k in o) or
+                                             isinstance(o, (list, tuple)) and all(
+                                                 isinstance(x, (dict, list, tuple, *_TENSORS)) for x in o)):
+            if _holds_tensor(o, holds):   # (walked once: a tensor-free one is listed under each name, a row a leaf)
+                if id(o) in seen:
+                    return
+                seen.add(id(o))
+            for k, v in o.items() if isinstance(o, dict) else enumerate(o):
+                child = f"{name}.{key_text(k)}" if name else key_text(k)
+                if depth or not top(child, v):
+                    rec(v, child, depth + 1)
+        elif not _holds_tensor(o, holds):
+            out[name or file] = row(file, o)
+
+    if not (obj is None or isinstance(obj, (dict, list, tuple)) and not obj):   # (an empty object: no values)
+        rec(obj, "", 0)
     return out
