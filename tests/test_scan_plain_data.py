@@ -27,20 +27,23 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("omegaconf")
 
+from conftest import ROOT, fixture_script  # noqa: E402
 from test_scan_tree import _torch_zip  # noqa: E402
 from test_torch_data_classes import CASES, _globals_outside_allowlist, _model  # noqa: E402 - the real training saves
 
 from ckptstat.analysis.scan import scan_path  # noqa: E402
 from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
-from ckptstat.formats.torch.data_classes import PLAIN_DATA  # noqa: E402
+from ckptstat.formats.torch.data_classes import PLAIN_DATA, TRAINER_CLASSES  # noqa: E402
 
 # torch.load(weights_only=False) of argv[1] under an audit hook; writes to argv[2] the events that would mean the file
-# ran code (the libraries its plain data needs imported first, as the training script that reads it has them). eval and
+# ran code (the libraries its plain data needs imported first, as the script that reads it has them). eval and
 # exec of text fire "exec" too; "compile" alone is torch's own (typing's forward references)
 AUDITED_LOAD = r"""
-import argparse, datetime, json, os, pathlib, sys, warnings
+import argparse, datetime, importlib, json, os, pathlib, sys, warnings
 import numpy, omegaconf, torch
 warnings.simplefilter("ignore")
+for module in sys.argv[3:]:
+    importlib.import_module(module)
 SEEN, ON = [], [True]
 WATCHED = ("exec", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill",
            "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod", "os.symlink", "os.link", "os.truncate",
@@ -76,9 +79,10 @@ if getattr(argparse.Namespace, "ckptstat_marker", None):
 """
 
 
-def _audited_load(path: str, tmp_path) -> list[str]:
+def _audited_load(path: str, tmp_path, *modules: str) -> list[str]:
+    """The events of torch.load(path), `modules` imported first (dataclasses' generated methods are exec'd text)."""
     out = tmp_path / "events.json"
-    assert library_runner.python(AUDITED_LOAD, path, str(out)) == 0
+    assert library_runner.python(AUDITED_LOAD, path, str(out), *modules) == 0
     return json.loads(out.read_text())
 
 
@@ -207,3 +211,90 @@ def test_numpy_object_arrays_of_plain_data(tmp_path):
     r = scan_path(path)
     assert r["status"] == "safe" and "plain data" in r["verdict"], r["verdict"]
     assert {"argparse.Namespace", "datetime.date", "pathlib.PurePosixPath"} <= set(r["plain_data_globals"])
+
+
+# ------------------------------------------------------------------------------------------------- training_args.bin
+
+transformers = pytest.importorskip("transformers")
+_trainer_classes = fixture_script("make_trainer_classes")
+
+
+def test_the_trainer_table_is_the_installed_libraries():
+    """formats/trainer_classes.json is what fixtures/make_trainer_classes.py finds in the installed transformers and
+    accelerate (re-run it when the lock moves them)."""
+    import accelerate
+
+    written = json.loads(pathlib.Path(ROOT, "ckptstat", "formats", "trainer_classes.json").read_text())
+    assert (written["transformers"], written["accelerate"]) == (transformers.__version__, accelerate.__version__)
+    assert written["classes"] == _trainer_classes.table() == TRAINER_CLASSES
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_training_args_scan_safe_and_load_running_nothing(tmp_path, i):
+    """The Trainer's `torch.save(self.args, "training_args.bin")` of TrainingArguments and Seq2SeqTrainingArguments
+    (defaults, every strategy and option set): safe, the classes torch lists outside its allowlist named as plain data;
+    torch.load(weights_only=False) of it runs nothing (the audit hook)."""
+    path = tmp_path / "training_args.bin"
+    torch.save(_trainer_classes._variants()[i], path)
+    r = scan(path)
+    assert r["status"] == "safe" and r["plain_data_globals"] == _globals_outside_allowlist(str(path)), r["verdict"]
+    modules = {n.rpartition(".")[0] for n in TRAINER_CLASSES}
+    assert _audited_load(str(path), tmp_path, *sorted(modules)) == []
+
+
+def _reduce(cls: str, args: bytes) -> bytes:
+    """A protocol 2 data.pkl that calls `cls` with the pickled tuple `args` (REDUCE)."""
+    module, _, name = cls.rpartition(".")
+    return b"\x80\x02c" + module.encode() + b"\n" + name.encode() + b"\n" + args + b"R."
+
+
+@pytest.mark.parametrize("cls, args, called", [
+    ("transformers.training_args.TrainingArguments", ("/tmp/out",), True),   # its __init__ and __post_init__ run
+    ("transformers.training_args.TrainingArguments", (), True),
+    ("transformers.trainer_utils.IntervalStrategy", ("steps", "epoch"), True),   # Enum's functional API
+    ("transformers.trainer_utils.IntervalStrategy", ("steps",), False),           # a member looked up: as pickled
+])
+def test_a_trainer_class_called_is_unsafe(tmp_path, cls, args, called):
+    path = tmp_path / "training_args.bin"
+    path.write_bytes(_torch_zip(_reduce(cls, pickle.dumps(args, 2)[2:-1])))
+    r = scan(path)
+    assert (r["status"] == "unsafe") is called and (cls in r["unsafe_globals"]) is called, r["verdict"]
+    assert (cls in r["plain_data_globals"]) is not called
+    if called:
+        (finding,) = r["findings"]
+        assert finding["opcode"] == "call" and finding["global"] == cls
+
+
+def test_a_real_trainer_checkpoint_folder_scans_safe(tmp_path):
+    """A Trainer run's checkpoint-1/ (model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth, trainer_state.json,
+    training_args.bin): every file safe, the folder's exit 0."""
+    from test_trend import _Data, _tiny
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, save_steps=1,
+                                          per_device_train_batch_size=4, report_to=[], use_cpu=True, disable_tqdm=True)
+    transformers.Trainer(model=_tiny(), args=args, train_dataset=_Data()).train()
+    folder = tmp_path / "run" / "checkpoint-1"
+    r = scan_path(str(folder))
+    files = {f["path"]: f for f in r["files"]}
+    assert "training_args.bin" in files and r["totals"]["unsafe"] == r["totals"]["unknown"] == 0, r["files"]
+    assert "transformers.training_args.TrainingArguments" in files["training_args.bin"]["plain_data_globals"]
+
+
+def test_a_training_args_class_outside_the_table_stays_unsafe_with_the_note(tmp_path, monkeypatch):
+    """TRL's configs subclass TrainingArguments in TRL's own module (not in the table): importing it runs TRL, so the
+    file stays UNSAFE, the class named, with the note that the Trainer never loads the file back."""
+    import sys
+    import types
+
+    class SFTConfig(transformers.TrainingArguments):
+        pass
+
+    SFTConfig.__module__, SFTConfig.__qualname__ = "trl.trainer.sft_config", "SFTConfig"
+    for name in ("trl", "trl.trainer", "trl.trainer.sft_config"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules["trl.trainer.sft_config"].SFTConfig = SFTConfig   # type: ignore[attr-defined]
+    path = tmp_path / "training_args.bin"
+    torch.save(SFTConfig(output_dir=str(tmp_path / "out"), report_to=[]), path)
+    r = scan_path(str(path))
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["trl.trainer.sft_config.SFTConfig"], r["verdict"]
+    assert any("never loads back" in n for n in r["notes"])

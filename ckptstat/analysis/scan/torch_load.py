@@ -15,10 +15,11 @@ anything (docs/torch.md, "ckptstat scan").
 Each pickle torch reaches is walked on a model of the C unpickler (pickle_machine.py). The verdict:
 "unsafe" when a pickle torch reaches imports a global outside weights_only's allowlist and outside the plain data
 training scripts save (formats/torch/data_classes.py PLAIN_DATA: argparse.Namespace, numpy scalars and arrays,
-omegaconf configs, paths, datetimes, which make values and run no code of the file's choosing), or one scan cannot
-name, or sets attributes on a global itself (BUILD); "unknown" when scan cannot follow a path torch may take (never
-"safe" then), else "safe" (saying when torch.load(weights_only=True) still refuses the file). Pickles torch does not
-reach are walked and listed too, apart.
+omegaconf configs, paths, datetimes, which make values and run no code of the file's choosing; TRAINER_CLASSES, what
+a Trainer's training_args.bin names, as long as pickle only rebuilds them), or one scan cannot name, or sets
+attributes on a global itself (BUILD); "unknown" when scan cannot follow a path torch may take (never "safe" then),
+else "safe" (saying when torch.load(weights_only=True) still refuses the file). Pickles torch does not reach are
+walked and listed too, apart.
 """
 from __future__ import annotations
 
@@ -442,7 +443,7 @@ def report(t: Trace, safe: str | None = None, loader: str | None = None) -> dict
     reached = [w for w, r in t.walks if r]
     unreached = [w for w, r in t.walks if not r]
     unsafe = sorted({fd.name for w in reached for fd in w.findings})
-    plain = sorted({n for w in reached for n in w.plain_data})
+    plain = sorted({n for w in reached for n in w.plain_data} - set(unsafe))   # (a trainer class called: a finding)
     status = "unsafe" if unsafe else "unknown" if t.unknown else "safe"
     dormant = [] if t.torchscript else sorted({fd.name for w in unreached for fd in w.findings} - set(unsafe))
     who = loader or "torch.load"

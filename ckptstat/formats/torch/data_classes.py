@@ -33,10 +33,11 @@ called:
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from ...core import dtypes
@@ -313,6 +314,11 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
 # (a Namespace's attributes, a config's nodes, a number, a path, a moment, an array); a type only named is a value.
 # `builtins.getattr` is how a pickle reaches any callable (`getattr(module_object, "system")`): a finding, always.
 PLAIN_DATA: frozenset[str] = frozenset(TABLE) - {"builtins.getattr"}
+# And the classes a transformers Trainer's training_args.bin names (TrainingArguments, its enums, accelerate's state),
+# plain data only as pickle rebuilds them: an "object" built without a call, an "enum" looked up by one value
+# (formats/trainer_classes.json, written from transformers and accelerate by fixtures/make_trainer_classes.py).
+TRAINER_CLASSES: dict[str, str] = json.loads(
+    (Path(__file__).parent.parent / "trainer_classes.json").read_text(encoding="utf-8"))["classes"]
 
 
 def data_note(met: frozenset[str]) -> str:

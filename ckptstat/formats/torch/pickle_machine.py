@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .allowlist import STORAGE_ITEMSIZE, allowed_name, weights_only_allows
-from .data_classes import PLAIN_DATA
+from .data_classes import PLAIN_DATA, TRAINER_CLASSES
 from .streams import Source, Truncated
 
 MAX_OPS = 4_000_000          # opcodes walked in one pickle (unpickler.MAX_OPS)
@@ -36,6 +36,10 @@ MAX_LINE = 1 << 16           # a text opcode's line (GLOBAL module or name...) r
 MAX_TRACKED = 100_000        # items a tracked list or tuple keeps (and the dict items a walk keeps in all)
 MAX_DICT = 64                # items a TrackedDict keeps (a joblib wrapper's state holds 6)
 Buffering = Literal["peek", "drop"]
+CALLS_TRAINER_CLASS = {   # (data_classes.TRAINER_CLASSES: plain data only as their pickles rebuild them)
+    "object": "called (its __init__ and __post_init__ run), where pickle rebuilds it without a call (NEWOBJ, then BUILD)",
+    "enum": "called with other than one value, where pickle looks a member up by its value",
+}
 BUILDS_GLOBAL = ("BUILD on the imported global itself (a class or function, not an object made from it): its "
                  "attributes are set, changing it for the whole loading process")
 
@@ -255,6 +259,11 @@ class Machine:
 
     # --- objects: opaque, unless a Builds models them
     def made(self, fn: object, args: object, init: bool) -> object:
+        """`fn(*args)` (`init`: called, as REDUCE does, or `fn.__new__(fn, *args)`, as NEWOBJ does)."""
+        if init and isinstance(fn, Global) and fn.name in TRAINER_CLASSES:
+            kind = TRAINER_CLASSES[fn.name]
+            if kind == "object" or not (isinstance(args, tuple) and len(args) == 1):
+                self.w.findings.append(Finding(self.op_at, "call", fn.name, CALLS_TRAINER_CLASS[kind]))
         return UNKNOWN if self.builds is None else self.builds.made(self, fn, args, init)
 
     def built(self, obj: object, state: object) -> object:
@@ -301,7 +310,7 @@ class Machine:
         full = f"{module}.{name}"
         ok = allowed_name(full)
         self.record(full, ok)
-        if not ok and full in PLAIN_DATA:
+        if not ok and (full in PLAIN_DATA or full in TRAINER_CLASSES):
             self.w.plain_data.add(full)
         elif not ok:
             self.w.findings.append(Finding(self.op_at, opcode, full, "outside torch's weights_only allowlist: "
