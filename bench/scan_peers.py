@@ -11,8 +11,8 @@ The corpus (built into --corpus, or reused with --reuse):
   benign  : real saves: make_scan_corpus's torch.save controls, a whole nn.Module pickled by torch.save (class
             imports, no payload), transformers save_pretrained .bin (fixtures/torch), numpy .npy/.npz with and
             without object arrays of plain data, training checkpoints with plain data (fixtures/torch/training-data*:
-            an args Namespace, numpy scalars, an omegaconf config), Keras 3 .keras and .weights.h5, a Keras 2 .h5, safetensors,
-            a Flax msgpack, an HF cache snapshot of benign blobs.
+            an args Namespace, numpy scalars, an omegaconf config), a Trainer's training_args.bin, Keras 3 .keras and
+            .weights.h5, a Keras 2 .h5, safetensors, a Flax msgpack, an HF cache snapshot of benign blobs.
 Ground truth is what the loaders do, not any scanner's verdict: torch.load(weights_only=False),
 np.load(allow_pickle=True) (every member of an .npz) and pickle.load, each over every file in a throw-away
 subprocess (cwd: the corpus; RLIMIT_AS 4 GiB, RLIMIT_CPU 300 s; not a real sandbox: the payloads only create
@@ -152,6 +152,10 @@ def build(folder: Path) -> dict[str, str]:
         put(name, buf.getvalue(), "hostile: plain data's look-alike (pathlib's write_text reached)")
 
     # Benign real saves.
+    import transformers
+    buf = io.BytesIO()
+    torch.save(transformers.TrainingArguments(output_dir=str(folder / "out"), report_to=[]), buf)
+    put("checkpoint-1/training_args.bin", buf.getvalue(), "benign: a transformers Trainer's training_args.bin")
     buf = io.BytesIO()
     torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), buf)
     put("benign-whole-module.pt", buf.getvalue(), "benign: torch.save of a whole nn.Module (class imports)")

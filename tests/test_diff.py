@@ -85,7 +85,7 @@ def test_every_tensor_classified_and_measured(pair) -> None:
     for i in (L - 2, L - 1):
         rels = [by[f"layers.{i}.{m}"]["rel_l2"] for m in ("self_attn.q_proj.weight", "mlp.up_proj.weight")]
         assert layers[i]["mean_rel_l2"] == pytest.approx(np.mean(rels))
-    assert r["same"] is False and r["schema"] == "ckptstat.diff/3"
+    assert r["same"] is False and r["schema"] == "ckptstat.diff/4"
 
 
 def test_tolerances(pair) -> None:
@@ -360,3 +360,41 @@ def test_a_wrappers_text_model_nested_either_way_is_the_same(tmp_path) -> None:
     save_file(nested, str(tmp_path / "nested.safetensors"))
     r = diff(open_checkpoint(os.path.join(src, "model.safetensors")), open_checkpoint(str(tmp_path / "nested.safetensors")))
     assert r["same"] and {t["status"] for t in r["tensors"]} == {"equal"} and len(r["tensors"]) == len(w)
+
+
+def test_non_tensor_values_that_differ(tmp_path, cli) -> None:
+    """Two training checkpoints with the same tensors (a timm-style save, a Trainer's training_args.bin): the non-tensor
+    values that differ, each as torch.load gives it back on either side (test_torch_data_classes' flattening), make the
+    diff (exit 1); a copy is the same (exit 0); facing a safetensors file, which keeps no values, they are noted, not
+    compared."""
+    import argparse
+
+    transformers = pytest.importorskip("transformers")
+    from test_scan_plain_data import _as_read
+    from test_torch_data_classes import _values
+
+    sd = {"fc.weight": torch.ones(2, 3)}
+    pairs = {
+        "timm": ({"epoch": 1, "state_dict": sd, "args": argparse.Namespace(lr=0.1, model="resnet50")},
+                 {"epoch": 2, "state_dict": sd, "args": argparse.Namespace(lr=0.2, model="resnet50"), "best": 0.5}),
+        "training_args": tuple(transformers.TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], **kw)
+                               for kw in ({"learning_rate": 5e-5}, {"learning_rate": 1e-4, "lr_scheduler_type": "cosine",
+                                                                     "num_train_epochs": 1})),
+    }
+    for name, (obj_a, obj_b) in pairs.items():
+        pa, pb = str(tmp_path / f"{name}-a.pt"), str(tmp_path / f"{name}-b.pt")
+        torch.save(obj_a, pa)
+        torch.save(obj_b, pb)
+        va, vb = (_values(_as_read(torch.load(p, weights_only=False)), os.path.basename(p)) for p in (pa, pb))
+        want = {n: ("added" if n not in va else "removed" if n not in vb else "changed", va.get(n), vb.get(n))
+                for n in set(va) | set(vb) if va.get(n, KeyError) != vb.get(n, KeyError)}
+        r = diff(open_checkpoint(pa), open_checkpoint(pb))
+        assert want and {o["name"]: (o["status"], o["a"], o["b"]) for o in r["objects"]} == want, name
+        assert not r["same"] and r["counts"]["equal"] == (1 if name == "timm" else 0)   # (fc.weight: the same)
+        rc, out, _ = cli("diff", pa, pb)
+        assert rc == 1 and "Non-tensor values that differ" in out
+        assert cli("diff", pa, pa)[0] == 0
+    plain = str(tmp_path / "model.safetensors")
+    save_file(sd, plain)
+    r = diff(open_checkpoint(str(tmp_path / "timm-a.pt")), open_checkpoint(plain))
+    assert r["same"] and r["objects"] == [] and r["objects_note"].startswith("only A keeps non-tensor values")

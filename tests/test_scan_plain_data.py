@@ -19,6 +19,7 @@ import argparse
 import json
 import pathlib
 import pickle
+import re
 
 import library_runner
 import numpy as np
@@ -28,11 +29,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("omegaconf")
 
 from conftest import ROOT, fixture_script  # noqa: E402
+from test_scan_differential import LOADER as DIFFERENTIAL_LOADER  # noqa: E402
 from test_scan_tree import _torch_zip  # noqa: E402
 from test_torch_data_classes import CASES, _globals_outside_allowlist, _model  # noqa: E402 - the real training saves
 
+from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.scan import scan_path  # noqa: E402
 from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
+from ckptstat.errors import CkptstatError  # noqa: E402
 from ckptstat.formats.torch.data_classes import PLAIN_DATA, TRAINER_CLASSES  # noqa: E402
 
 # torch.load(weights_only=False) of argv[1] under an audit hook; writes to argv[2] the events that would mean the file
@@ -65,15 +69,10 @@ with open(sys.argv[2], "w") as f:
     json.dump(SEEN, f)
 """
 
-# torch.load(weights_only=False) of each path, in the file's folder; then the marker a BUILD on a class leaves
-LOADER = """
-import argparse, sys, warnings, torch
-warnings.simplefilter("ignore")
-for path in sys.argv[1:]:
-    try:
-        torch.load(path, weights_only=False)
-    except BaseException:
-        pass
+# test_scan_differential's torch.load(weights_only=False) of each path, in the file's folder; then the marker a BUILD on
+# a class leaves
+LOADER = DIFFERENTIAL_LOADER + """
+import argparse
 if getattr(argparse.Namespace, "ckptstat_marker", None):
     open("build-marker", "w").close()
 """
@@ -242,6 +241,38 @@ def test_training_args_scan_safe_and_load_running_nothing(tmp_path, i):
     assert _audited_load(str(path), tmp_path, *sorted(modules)) == []
 
 
+def _as_read(v: object) -> object:
+    """What torch.load gives back, as the reader shows it: an object's attributes, an enum member's value, a device
+    as its text."""
+    import enum
+
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, torch.device):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _as_read(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_as_read(x) for x in v)
+    return _as_read(vars(v)) if hasattr(v, "__dict__") and type(v).__module__.startswith(("transformers", "accelerate")) \
+        else v
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_training_args_read_as_torch_gives_them(tmp_path, i):
+    """`ckptstat summary training_args.bin` lists the arguments, each as torch.load(weights_only=False) gives it back
+    (enums by value, their class as the type), nothing imported or called."""
+    from test_torch_data_classes import _values
+
+    path = str(tmp_path / "training_args.bin")
+    torch.save(_trainer_classes._variants()[i], path)
+    ckpt = open_checkpoint(path)
+    want = torch.load(path, weights_only=False)
+    assert {k: o["value"] for k, o in ckpt.objects.items()} == _values(_as_read(want), "training_args.bin")
+    assert ckpt.objects["lr_scheduler_type"]["type"] == type(want.lr_scheduler_type).__name__
+    assert not ckpt.tensors
+
+
 def _reduce(cls: str, args: bytes) -> bytes:
     """A protocol 2 data.pkl that calls `cls` with the pickled tuple `args` (REDUCE)."""
     module, _, name = cls.rpartition(".")
@@ -259,6 +290,9 @@ def test_a_trainer_class_called_is_unsafe(tmp_path, cls, args, called):
     path.write_bytes(_torch_zip(_reduce(cls, pickle.dumps(args, 2)[2:-1])))
     r = scan(path)
     assert (r["status"] == "unsafe") is called and (cls in r["unsafe_globals"]) is called, r["verdict"]
+    if called:   # the reader refuses what scan calls unsafe: it builds the objects and looks members up, nothing else
+        with pytest.raises(CkptstatError, match=re.escape(cls)):
+            open_checkpoint(str(path))
     assert (cls in r["plain_data_globals"]) is not called
     if called:
         (finding,) = r["findings"]

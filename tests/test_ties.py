@@ -195,7 +195,7 @@ def test_config_cross_check_finds_gaps(tmp_path, expected_st):
 def test_diff_cli(cli, expected_st):
     rc, out, _ = cli("diff", fixture("bert-tiny"), fixture("bert-tiny-mlm"), "--json")   # they differ: 1, as diff(1)
     d = json.loads(out)
-    assert rc == 1 and not d["same"] and d["schema"] == "ckptstat.diff/3"
+    assert rc == 1 and not d["same"] and d["schema"] == "ckptstat.diff/4"
     assert d["delta"] == expected_st["bert-tiny-mlm"]["parameters"] - expected_st["bert-tiny"]["parameters"]
 
 

@@ -209,9 +209,9 @@ def _values(want: object, file: str = "") -> dict[str, object]:
     """Every value torch gives back beside the tensors, below the top level, as the objects list names them: dicts by
     key, lists and tuples holding only containers or tensors by index (the rule DCP's items and Megatron's common.pt
     follow), eight levels deep, an empty one a value; a Namespace's attributes and a config's values as dicts, numpy
-    arrays by shape and dtype; a value holding a tensor is none (its tensors are listed); the top level's numbers and
-    strings are the metadata, its None and empty containers nothing (an empty object: nothing at all), a plain object
-    that is no container the value named `file`."""
+    arrays by shape and dtype; a value holding a tensor is none (its tensors are listed); the top level's None and
+    empty containers nothing (an empty object: nothing at all), a plain object that is no container the value named
+    `file`."""
     out: dict[str, object] = {}
 
     def holds_tensor(v: object) -> bool:
@@ -232,8 +232,7 @@ def _values(want: object, file: str = "") -> dict[str, object]:
                 isinstance(x, (dict, list, tuple, torch.Tensor)) for x in o)):
             for k, v in o.items() if isinstance(o, dict) else enumerate(o):
                 child = f"{name}.{k}" if name else str(k)
-                if depth or not (v is None or isinstance(v, (int, float, str)) or isinstance(v, (dict, list, tuple))
-                                 and not v):
+                if depth or not (v is None or isinstance(v, (dict, list, tuple)) and not v):
                     rec(v, child, depth + 1)
         elif not holds_tensor(o):
             out[name or file] = shown(o)

@@ -38,7 +38,7 @@ from .conversion_mlx import mlx_side
 from .conversion_mlx import undone as mlx_undone
 from .conversion_mlx import view as mlx_view
 
-DIFF_SCHEMA = "ckptstat.diff/3"
+DIFF_SCHEMA = "ckptstat.diff/4"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
                   "not dtypes nor values")
 COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
@@ -454,13 +454,35 @@ def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], renam
     return out
 
 
+def _objects(a: Checkpoint, b: Checkpoint) -> tuple[list[dict], str | None]:
+    """The non-tensor values (`objects`: a training checkpoint's `epoch`, `args.lr`, a training_args.bin's arguments)
+    of A and B, by name, those that differ: [{name, status (changed, added, removed), a, b}], and a note. Compared only
+    when both sides keep values: a format that keeps none (safetensors, GGUF) facing a training checkpoint is a
+    conversion's other side, noted, not a difference."""
+    oa, ob = a.objects or {}, b.objects or {}
+    if not oa or not ob:
+        return [], (f"only {'A' if oa else 'B'} keeps non-tensor values ({len(oa or ob):,}): not compared"
+                    if oa or ob else None)
+
+    def shown(o: dict) -> Any:
+        return o["value"] if "value" in o else f"<{o.get('type')}, not read>"
+    out = []
+    for name in sorted(set(oa) | set(ob), key=natural_key):
+        va, vb = (shown(oa[name]) if name in oa else None), (shown(ob[name]) if name in ob else None)
+        status = "added" if name not in oa else "removed" if name not in ob else "changed" if va != vb else None
+        if status:
+            out.append({"name": name, "status": status, "a": va, "b": vb})
+    return out, None
+
+
 def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float = 0.0, rtol: float = 0.0,
          rules: list[tuple[re.Pattern[str], str]] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
          progress: Any = None, strict: bool = False) -> dict:
     """Every tensor of A and B (aligned by name after --map rules and wrapper prefixes) as added, removed,
     shape, dtype, values (changed beyond atol + rtol*|b|) or equal, with max abs diff, relative L2
     ||a-b||/||a|| and cosine for those compared; a summary per bucket and layer; and the modules whose
-    unique parameter counts part (`rows`). `same`: nothing differs (exit status 0).
+    unique parameter counts part (`rows`); the non-tensor values that differ (`objects`, `_objects`). `same`: nothing
+    differs (exit status 0).
     With names_only no value is read: dtypes and shapes still count, values are `unread`. A tensor in another
     dtype whose values are the other side's rounded to it is `converted`, no difference unless `strict`."""
     if not (atol >= 0 and rtol >= 0):   # NaN too
@@ -507,10 +529,12 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     tb = sum(r["params"] for r in mb.values())
     counts = {s: sum(t["status"] == s for t in tensors) for s in (*STATUSES, "unread")}
     changed = [t for t in tensors if t["status"] not in UNCHANGED]
+    objects, objects_note = _objects(a, b)
     return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
             "a_params": ta, "b_params": tb, "delta": tb - ta,
             "compared": COMPARED_NAMES if names_only else COMPARED_VALUES, "names_only": names_only,
             "atol": atol, "rtol": rtol, "strict": strict, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
             "builtin_map": builtin[0] if builtin else None,
-            "same": not any((r["a"] or 0) != (r["b"] or 0) for r in rows) and ta == tb and not changed, "counts": counts,
-            "tensors": tensors, "summary": _summary(tensors), "rows": rows}
+            "same": not any((r["a"] or 0) != (r["b"] or 0) for r in rows) and ta == tb and not changed and not objects,
+            "counts": counts, "tensors": tensors, "summary": _summary(tensors), "rows": rows,
+            "objects": objects, "objects_note": objects_note}

@@ -1,8 +1,9 @@
-"""`ckptstat diff`: the rich rendering and the markdown report of a ckptstat.diff/3 dict.
+"""`ckptstat diff`: the rich rendering and the markdown report of a ckptstat.diff/4 dict.
 Names from the files are printed inert (rich) or escaped (markdown)."""
 from __future__ import annotations
 
 import html
+import json
 
 from rich.console import Console, Group
 from rich.text import Text
@@ -40,8 +41,22 @@ def _what(row: dict) -> str:
     return ""
 
 
-def _counts_line(r: dict) -> str:
+def _tensor_counts(r: dict) -> str:
     return ", ".join(f"{n} {_LABEL[s]}" for s, n in r["counts"].items() if n)
+
+
+def _counts_line(r: dict) -> str:
+    values = r.get("objects") or []
+    return ", ".join(x for x in (_tensor_counts(r), f"{len(values)} non-tensor value(s) differ" if values else "") if x)
+
+
+def _value(v: object) -> str:
+    return "-" if v is None else json.dumps(v)[:80]
+
+
+def _object_rows(r: dict) -> list[list[str]]:
+    """The non-tensor values that differ: name, change, A, B."""
+    return [[o["name"], o["status"], _value(o["a"]), _value(o["b"])] for o in r.get("objects") or []]
 
 
 def conversion_notes(r: dict) -> list[str]:
@@ -72,12 +87,19 @@ def render_diff(r: dict, console: Console) -> None:
         console.print(Text(f"names aligned through the built-in map: {r['builtin_map']}", style="dim"))
     for note in conversion_notes(r):
         console.print(Text(note, style="dim"))
+    if r.get("objects_note"):
+        console.print(Text(r["objects_note"], style="dim"))
     if r["same"]:
         tied = r["counts"].get("tied")
-        console.print(Text(f"no differences ({r['compared']})"
+        console.print(Text(f"no differences ({r['compared']}" + ("; non-tensor values" if r.get("objects") == [] and
+                                                                  not r.get("objects_note") else "") + ")"
                            + (f"; {tied} name(s) one side stores as another tensor's storage (tied)" if tied else "")))
         return
-    console.print(Text(f"tensors: {_counts_line(r)}"))
+    if _tensor_counts(r):
+        console.print(Text(f"tensors: {_tensor_counts(r)}"))
+    if r.get("objects"):
+        print_rows(console, table("Non-tensor values that differ", "value", "change", "A", "B"),
+                   [(inert(name), None, (change, inert(va), inert(vb))) for name, change, va, vb in _object_rows(r)])
     changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread")]
     if changed:
         print_rows(console, table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine"),
@@ -133,6 +155,9 @@ def diff_markdown(r: dict) -> str:
         lines += _md_table(["tensor", "change", "detail", "max abs diff", "rel L2", "cosine"],
                            [[_md(t["name"]), _LABEL[t["status"]], _md(_what(t)), _num(t["max_abs"]),
                              _num(t["rel_l2"]), _num(t["cosine"], ".6f")] for t in rows])
+    if r.get("objects"):
+        lines += ["## Non-tensor values that differ", ""]
+        lines += _md_table(["value", "change", "A", "B"], [[_md(c) for c in row] for row in _object_rows(r)])
     if r["rows"]:
         lines += [f"## Unique parameters per module (B - A = {r['delta']:+,})", ""]
         lines += _md_table(["module", "A", "B", "B - A"],
@@ -178,6 +203,9 @@ def diff_html(r: dict) -> str:
         out += _html_table(["tensor", "change", "detail", "max abs diff", "rel L2", "cosine"],
                            [[t["name"], _LABEL[t["status"]], _what(t), _num(t["max_abs"]), _num(t["rel_l2"]),
                              _num(t["cosine"], ".6f")] for t in r["tensors"] if t["bucket"] == b["bucket"]], heat=4)
+    if r.get("objects"):
+        out.append("<h2>Non-tensor values that differ</h2>")
+        out += _html_table(["value", "change", "A", "B"], _object_rows(r))
     if r["rows"]:
         out.append(f"<h2>Unique parameters per module (B - A = {r['delta']:+,})</h2>")
         out += _html_table(["module", "A", "B", "B - A"],

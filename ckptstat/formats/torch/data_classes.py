@@ -29,6 +29,9 @@ called:
 - mmengine's `HistoryBuffer` (an OpenMMLab 2.x Runner's `message_hub`: NEWOBJ, then BUILD with its attributes, numpy
   arrays) and the `getattr(HistoryBuffer, 'min')` its statistics methods pickle as: a dict of its attributes; getattr
   of a global's name gives the attribute's name (allowlist.Named), of anything else it is refused.
+- what a transformers Trainer's `training_args.bin` names (TRAINER_CLASSES): TrainingArguments, AcceleratorConfig and
+  accelerate's PartialState (NEWOBJ, then BUILD: their attributes), their enums (REDUCE with the member's value: a
+  `Member`); a call of one of the objects is refused.
 """
 from __future__ import annotations
 
@@ -285,6 +288,29 @@ _OMEGACONF_NODES = ("nodes.AnyNode", "nodes.IntegerNode", "nodes.FloatNode", "no
 _TYPES = ("typing.Any", *(f"builtins.{t}" for t in ("dict", "list", "tuple", "str", "int", "float", "bool",
                                                       "bytes", "object")), "numpy.ndarray")
 
+# The classes a transformers Trainer's training_args.bin names (TrainingArguments, its enums, accelerate's state),
+# plain data only as pickle rebuilds them: an "object" built without a call (NEWOBJ, then BUILD: its attributes), an
+# "enum" looked up by one value (REDUCE: a Member) (formats/trainer_classes.json, written from transformers and
+# accelerate by fixtures/make_trainer_classes.py).
+TRAINER_CLASSES: dict[str, str] = json.loads(
+    (Path(__file__).parent.parent / "trainer_classes.json").read_text(encoding="utf-8"))["classes"]
+
+
+@dataclass(frozen=True)
+class Member:
+    """An Enum member, pickled as `cls(value)`: its class's name and its value."""
+    shown: str
+    value: Any
+
+
+def _member(name: str) -> Callable[..., Member]:
+    def build(*args: Any) -> Member:
+        if len(args) != 1 or not isinstance(args[0], (str, int, float, bool, type(None))):
+            raise Refused(f"{name} called with {len(args)} argument(s), not a member's one plain value")
+        return Member(name.rpartition(".")[2], args[0])
+    return build
+
+
 TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     DataGlobal("argparse.Namespace", new=lambda: Attributes("Namespace")),
     DataGlobal("mmengine.logging.history_buffer.HistoryBuffer", new=lambda: Attributes("HistoryBuffer")),
@@ -306,19 +332,17 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     *(DataGlobal(f"datetime.{k.__name__}", call=_moment(k)) for k in (datetime.datetime, datetime.date, datetime.time)),
     DataGlobal("datetime.timedelta", call=_timedelta),
     DataGlobal("datetime.timezone", call=_timezone),
+    *(DataGlobal(n, new=lambda n=n: Attributes(n.rpartition(".")[2])) if kind == "object" else
+      DataGlobal(n, call=_member(n)) for n, kind in TRAINER_CLASSES.items()),
 )}
 
-# What `ckptstat scan` calls plain data: the table's globals but getattr, under any loader (pickle.load, torch.load
-# without weights_only). Each is a stdlib, numpy, omegaconf, mmengine or torch class or constructor that, called or
-# built with whatever arguments and state a pickle gives it, makes a value and runs no code of the file's choosing
-# (a Namespace's attributes, a config's nodes, a number, a path, a moment, an array); a type only named is a value.
+# What `ckptstat scan` calls plain data: the table's globals but getattr (and the trainer's), under any loader
+# (pickle.load, torch.load without weights_only). Each is a stdlib, numpy, omegaconf, mmengine or torch class or
+# constructor that, called or built with whatever arguments and state a pickle gives it, makes a value and runs no code
+# of the file's choosing (a Namespace's attributes, a config's nodes, a number, a path, a moment, an array); a type only
+# named is a value.
 # `builtins.getattr` is how a pickle reaches any callable (`getattr(module_object, "system")`): a finding, always.
-PLAIN_DATA: frozenset[str] = frozenset(TABLE) - {"builtins.getattr"}
-# And the classes a transformers Trainer's training_args.bin names (TrainingArguments, its enums, accelerate's state),
-# plain data only as pickle rebuilds them: an "object" built without a call, an "enum" looked up by one value
-# (formats/trainer_classes.json, written from transformers and accelerate by fixtures/make_trainer_classes.py).
-TRAINER_CLASSES: dict[str, str] = json.loads(
-    (Path(__file__).parent.parent / "trainer_classes.json").read_text(encoding="utf-8"))["classes"]
+PLAIN_DATA: frozenset[str] = frozenset(TABLE) - {"builtins.getattr"} - set(TRAINER_CLASSES)
 
 
 def data_note(met: frozenset[str]) -> str:

@@ -100,12 +100,10 @@ def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
         notes.append(f"config: the pickled model's own ({embedded[0]}, model_type {embedded[1]['model_type']!r}), as "
                      "save_pretrained would write it; a config.json beside the file is read instead")
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
-    metadata = _scalars(c.obj)   # (top-level numbers and strings: the metadata; top-level None and empties: nothing)
-    return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **metadata},
+    return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
                       ordered=True, optimizer_fragments=zero_fragments(c.obj),
-                      objects=checkpoint_objects(c.obj, path, lambda name, v: name in metadata or v is None or
-                                                 isinstance(v, (dict, list, tuple)) and not v),
+                      objects=checkpoint_objects(c.obj, path),
                       roles={n: r for n, r in roles.items() if n in tensors},
                       config=embedded[1] if embedded else None,
                       config_from=f"{embedded[0]} of the pickle" if embedded else None)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from .allowlist import DTypeRef, Named, StorageRef, TensorRef
-from .data_classes import NumpyArray, Unread
+from .data_classes import Member, NumpyArray, Unread
 from .pickled_objects import Instance
 from .unpickler import INT_TEXT_BITS, int_text, key_text
 
@@ -43,6 +43,8 @@ def inert(v: Any, depth: int = 0) -> Any:
         return str(v)
     if isinstance(v, NumpyArray):
         return f"<{v!r}>"
+    if isinstance(v, Member):     # an Enum member: its value (its class is the row's type)
+        return inert(v.value, depth)
     if isinstance(v, Unread):
         return f"<{v.what}>"
     if depth < MAX_VALUE_DEPTH and isinstance(v, (list, tuple)) and len(v) <= MAX_VALUE_ITEMS:
@@ -97,15 +99,15 @@ def _holds_tensor(v: Any, memo: dict[int, bool]) -> bool:
     return memo[id(v)]
 
 
-def checkpoint_objects(obj: Any, path: str, top: Callable[[str, Any], bool]) -> dict[str, dict[str, Any]]:
+def checkpoint_objects(obj: Any, path: str) -> dict[str, dict[str, Any]]:
     """Every value a torch.save'd object holds beside its tensors, by dotted name, as a DCP folder's items are shown
     (`extra_state.best`, `hyper_parameters.lr`, `optimizer.param_groups.0.lr`; an argparse.Namespace's attributes
     and an omegaconf config's values under its name, `args.lr`), named as `flat` names them, MAX_NAME_DEPTH levels
     deep (a container there is a value). A dict shared through the memo is listed under each name it has, as
     torch.load gives it back; one that holds tensors is walked once, and an empty one is a value, so every step of
     the walk lists a value or a tensor. Not values: tensors and storages, a value holding any (its tensors are
-    listed), a pickled module (its tensors are its state_dict), and the top-level items `top` picks (what the
-    metadata shows, None). At most MAX_OBJECTS."""
+    listed), a pickled module (its tensors are its state_dict), and the top level's None and empty containers. At most
+    MAX_OBJECTS."""
     file = os.path.basename(path)
     out: dict[str, dict[str, Any]] = {}
     seen: set[int] = set()
@@ -123,7 +125,7 @@ def checkpoint_objects(obj: Any, path: str, top: Callable[[str, Any], bool]) -> 
                 seen.add(id(o))
             for k, v in o.items() if isinstance(o, dict) else enumerate(o):
                 child = f"{name}.{key_text(k)}" if name else key_text(k)
-                if depth or not top(child, v):
+                if depth or not (v is None or isinstance(v, (dict, list, tuple)) and not v):
                     rec(v, child, depth + 1)
         elif not _holds_tensor(o, holds):
             out[name or file] = row(file, o)
