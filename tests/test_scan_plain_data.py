@@ -299,21 +299,6 @@ def test_a_trainer_class_called_is_unsafe(tmp_path, cls, args, called):
         assert finding["opcode"] == "call" and finding["global"] == cls
 
 
-def test_a_real_trainer_checkpoint_folder_scans_safe(tmp_path):
-    """A Trainer run's checkpoint-1/ (model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth, trainer_state.json,
-    training_args.bin): every file safe, the folder's exit 0."""
-    from test_trend import _Data, _tiny
-
-    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, save_steps=1,
-                                          per_device_train_batch_size=4, report_to=[], use_cpu=True, disable_tqdm=True)
-    transformers.Trainer(model=_tiny(), args=args, train_dataset=_Data()).train()
-    folder = tmp_path / "run" / "checkpoint-1"
-    r = scan_path(str(folder))
-    files = {f["path"]: f for f in r["files"]}
-    assert "training_args.bin" in files and r["totals"]["unsafe"] == r["totals"]["unknown"] == 0, r["files"]
-    assert "transformers.training_args.TrainingArguments" in files["training_args.bin"]["plain_data_globals"]
-
-
 def test_a_training_args_class_outside_the_table_stays_unsafe_with_the_note(tmp_path, monkeypatch):
     """TRL's configs subclass TrainingArguments in TRL's own module (not in the table): importing it runs TRL, so the
     file stays UNSAFE, the class named, with the note that the Trainer never loads the file back."""

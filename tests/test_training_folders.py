@@ -102,3 +102,33 @@ def test_audit_one_record_per_trainer_folder(run, tmp_path):
         assert rec["training"]["optimizer_state"] == _held(os.path.join(u.path, "optimizer.pt"))
         assert {f["file"] for f in rec["scan"]["files"]} >= {os.path.join(u.path, n) for n in (
             "optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin")}   # every pickle still scanned
+
+
+def test_a_trainer_folder_scans_safe_and_holds_its_arguments(run, tmp_path):
+    """checkpoint-N/ as the Trainer wrote it (model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth,
+    trainer_state.json, training_args.bin): every file scans safe (training_args.bin's classes are plain data as pickle
+    rebuilds them: tests/test_scan_plain_data.py), and the folder read as one checkpoint holds the run's arguments under
+    `training_args.` as torch.load gives them back. With a training_args.bin the reader refuses (a payload), the folder
+    is read without them and a note says why."""
+    from test_scan_plain_data import _as_read, _torch_zip
+    from test_torch_data_classes import _values
+
+    from ckptstat.analysis.scan import scan_path
+
+    folder = os.path.join(run, f"checkpoint-{STEPS}")
+    r = scan_path(folder)
+    files = {f["path"]: f for f in r["files"]}
+    assert "training_args.bin" in files and r["totals"]["unsafe"] == r["totals"]["unknown"] == 0, r["files"]
+    assert "transformers.training_args.TrainingArguments" in files["training_args.bin"]["plain_data_globals"]
+    path = os.path.join(folder, "training_args.bin")
+    want = _values(_as_read(torch.load(path, weights_only=False)))
+    objects = open_checkpoint(folder).objects
+    assert {k[len("training_args."):]: o["value"] for k, o in objects.items() if k.startswith("training_args.")} == want
+    assert objects["training_args.learning_rate"]["value"] == 1e-2
+    bad = tmp_path / "checkpoint-bad"
+    shutil.copytree(folder, bad)
+    payload = b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R."   # os.system("true")
+    (bad / "training_args.bin").write_bytes(_torch_zip(payload))
+    ckpt = open_checkpoint(str(bad))
+    assert ckpt.tensors and not any(k.startswith("training_args.") for k in ckpt.objects)
+    assert any(n.startswith("training_args.bin not read:") and "os.system" in n for n in ckpt.notes)

@@ -30,7 +30,7 @@ from typing import Any
 from ..core import Checkpoint
 from ..core.files import open_regular
 from ..core.limits import limits
-from ..errors import CorruptCheckpointError, FileNotFound, reading
+from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, reading, short_text
 from .deepspeed_zero3 import gather, is_zero3, part_prefix
 from .registry import _FOLDER_HOOKS, FOLDER_CANDIDATES, read_json, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
@@ -150,12 +150,28 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
                      "learning_rate_from": "trainer_state.json log_history" if logged else
                      lr_from if lr is not None else None,
                      "optimizer": opt_path if opt_path and os.path.exists(opt_path) else None}
+    _training_args(ckpt, os.path.join(folder, TRAINING_ARGS), open_file)
     if not os.path.isfile(state_path):
         side = " / ".join(n for n in TRAINER_SIDE if os.path.isfile(os.path.join(folder, n)))
         ckpt.notes.append(f"no {TRAINER_STATE}: a Trainer folder by its {TRAINER_OPTIMIZER} and {side}; "
                           + ("the step from the folder's name, no epoch" if state else "no step or epoch"))
     ckpt.path = folder
     return ckpt
+
+
+def _training_args(ckpt: Checkpoint, path: str, open_file: Callable[[str], Checkpoint]) -> None:
+    """The run's arguments (training_args.bin: TrainingArguments pickled whole, read as values, formats/torch
+    data_classes.py) into `objects` under `training_args.`; one the reader refuses (TRL's classes, a payload) is said
+    in a note, and the folder read without it."""
+    if not os.path.isfile(path):
+        return
+    try:
+        args = open_file(path)
+    except CheckpointError as e:
+        ckpt.notes.append(f"{TRAINING_ARGS} not read: {short_text(e)}")
+        return
+    ckpt.objects.update({f"training_args.{k}": v for k, v in args.objects.items()})
+    ckpt.files += (path,)
 
 
 def _fsdp_folders(folder: str) -> tuple[list[str], list[str]] | None:
