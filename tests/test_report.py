@@ -347,3 +347,19 @@ def test_hostile_and_refused_outputs(saved, cli, tmp_path) -> None:
         rc, _, err = cli("report", folder, "-o", str(target))
         assert rc == 2 and says in err and err.count("\n") == 1
     assert sorted(os.listdir(tmp_path)) == sorted(before + ["r.html"])
+
+
+def test_a_training_checkpoints_record_and_values(cli) -> None:
+    """A Lightning checkpoint (written by Lightning, fixtures/make_training.py): the report says its step and epoch as
+    the file holds them, and lists every non-tensor value torch.load gives back (test_torch_data_classes' naming)."""
+    from test_torch_data_classes import _values
+
+    from ckptstat.render.report_common import md_cell
+
+    path = os.path.join(FIXTURES, "training", "lightning", "last.ckpt")
+    obj = torch.load(path, weights_only=False)
+    want = _values(obj, "last.ckpt")
+    rc, md, _ = cli("report", path, "--no-stats")
+    assert rc == 0 and f"step {obj['global_step']}, epoch {obj['epoch']}" in md
+    assert f"Non-tensor values ({len(want):,})" in md
+    assert all(md_cell(name) in md for name in want)

@@ -5,18 +5,21 @@ documents always hold the same sections, tables and figures (docs/report.md)."""
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from . import training_line
 from .fmt import human_bytes, image_text, one_image, seq_source
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
     from ..analysis.report import ReportRun
 
+OBJECT_TEXT = 120    # characters of a non-tensor value's JSON a report shows
 FIGURE = "weights"   # the one figure: histograms per bucket, box plots per layer and bucket (render/plots.py)
 FIGURE_ALT = {FIGURE: "weight histograms per bucket, box plots per layer and per bucket"}
 
@@ -68,6 +71,8 @@ def _summary(r: dict) -> list[Block]:
                         + (f"{p['bits_per_weight']:.4f} bits per weight" if p["bits_per_weight"] else "no parameter")),
              ("ties", s["ties"]["text"])]
     items[3:3] = list((s.get("gguf") or {}).items())   # after config: a GGUF file's own metadata
+    if s.get("training"):   # a Trainer / Lightning / DeepSpeed checkpoint, as `summary` says it
+        items.insert(3, ("training", training_line(s["training"])))
     if p.get("partial"):
         items.append(("PARTIAL", p["partial"]))
     an = s.get("analytic")
@@ -96,6 +101,11 @@ def _summary(r: dict) -> list[Block]:
                 Block("table", header=["Role", "Tensors", "Elements", "Bytes", "e.g."], align="lrrrn",
                       rows=[[n["role"], str(n["tensors"]), _int(n["elements"]), _int(n["bytes"]), n["names"][0]]
                             for n in s["non_parameters"]])]
+    if s.get("objects"):   # what the checkpoint keeps beside its tensors (a run's epoch, args, hyper-parameters)
+        rows = [[name, json.dumps(o["value"])[:OBJECT_TEXT] if "value" in o else f"not read: {o.get('unread')}"]
+                for name, o in s["objects"].items()]
+        out.append(Block("details", f"Non-tensor values ({len(rows):,})", body=[
+            Block("table", header=["Name", "Value"], align="nl", rows=rows)]))
     out += [Block("p", f"note: {n}") for n in s["notes"]]
     return out
 
