@@ -258,44 +258,32 @@ def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int], b
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .core import files, limits
+    from .core import limits, switches
 
-    old_limits, old_allow = limits.limits(), files.allow_external_default()
-    objects = sys.modules.get("ckptstat.formats.torch.pickled_objects")   # (not loaded: nothing set)
-    old_objects = bool(objects and objects.pickled_objects())
+    old_limits, old_switches = limits.limits(), switches.switches()
     try:
         return _main(argv)
-    finally:   # in-process callers (tests, notebooks) get the defaults back
+    finally:   # in-process callers (tests, notebooks) get theirs back
         limits.reset(old_limits)
-        files.set_allow_external(old_allow)
-        if "ckptstat.formats.torch.pickled_objects" in sys.modules:
-            sys.modules["ckptstat.formats.torch.pickled_objects"].set_pickled_objects(old_objects)
-        if "ckptstat.sources" in sys.modules:
-            sys.modules["ckptstat.sources"].set_allow_full_download(False)
+        switches.set_switches(old_switches)
 
 
 def _main(argv: list[str] | None) -> int:
-    from .core import files, limits
+    from .core import limits, switches
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
-    if "--allow-full-download" in args:   # a global option of the remote sources (docs/remote.md)
-        from .sources import set_allow_full_download
-
-        set_allow_full_download(True)
-        args = [a for a in args if a != "--allow-full-download"]
+    full_download = "--allow-full-download" in args   # a global option of the remote sources (docs/remote.md)
+    args = [a for a in args if a != "--allow-full-download"]
     try:
         args, allow, raised, objects = _global_options(args)
         limits.set_limits(**raised)
     except (CkptstatError, ValueError) as e:
         print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
         return 2
-    files.set_allow_external(allow)
-    if objects:
-        from .formats.torch.pickled_objects import set_pickled_objects
-
-        set_pickled_objects(True)
+    switches.set_switches(switches.Switches(allow_external=allow, allow_full_download=full_download,
+                                            pickled_objects=objects))
     rc = quick(args, debug)   # `ckptstat [summary] PATH --json`, answered without typer (commands/quick.py)
     if rc is not None:
         return rc

@@ -21,14 +21,13 @@ from module_zoo import Block, Shared
 from torch import nn
 
 from ckptstat import CorruptCheckpointError, UnsafeCheckpointError, open_checkpoint
-from ckptstat.formats.torch.pickled_objects import set_pickled_objects
+from ckptstat.core.switches import switched
 
 
 @pytest.fixture
 def objects():
-    set_pickled_objects(True)
-    yield
-    set_pickled_objects(False)
+    with switched(pickled_objects=True):
+        yield
 
 
 # ---------------------------------------------------------------------------------------------- what users save whole

@@ -22,6 +22,7 @@ from ckptstat.analysis.summary import summarize
 from ckptstat.cli import main
 from ckptstat.core import urls
 from ckptstat.core.files import Scope
+from ckptstat.core.switches import Switches, set_switches, switched, switches
 from ckptstat.errors import CheckpointError, FileNotFound
 from ckptstat.formats.registry import open_checkpoint
 
@@ -36,7 +37,7 @@ def fresh_sources(monkeypatch):
     sources.reset()
     monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
     monkeypatch.setattr(sources.SETTINGS, "retries", 2)
-    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
+    set_switches(Switches())
     yield
     sources.reset()
 
@@ -176,22 +177,16 @@ def test_a_torchscript_archive_and_a_pickled_model_read_over_http_as_on_disk(tmp
     pickled whole (--pickled-objects, its own config) read over http as from the disk."""
     import torch
     transformers = pytest.importorskip("transformers")
-    from ckptstat.formats.torch.pickled_objects import set_pickled_objects
-
     torch.manual_seed(0)
     cfg = transformers.BertConfig(num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                   vocab_size=8000, torchscript=True)
     bert = transformers.BertModel(cfg).eval()
     torch.jit.trace(bert, (torch.ones(1, 5, dtype=torch.long),), strict=False).save(str(tmp_path / "traced.pt"))
     torch.save({"model": bert}, tmp_path / "whole.pt")
-    set_pickled_objects(True)
-    try:
-        with Server(str(tmp_path)) as s:
-            for name in ("traced.pt", "whole.pt"):
-                same_report(f"{s.url}/{name}", str(tmp_path / name), s.url, str(tmp_path))
+    with switched(pickled_objects=True), Server(str(tmp_path)) as s:
+        for name in ("traced.pt", "whole.pt"):
+            same_report(f"{s.url}/{name}", str(tmp_path / name), s.url, str(tmp_path))
         assert summarize(open_checkpoint(str(tmp_path / "whole.pt")))["architecture"]["model_type"] == "bert"
-    finally:
-        set_pickled_objects(False)
 
 
 def test_a_legacy_torch_file_fetches_its_storage_counts_together(tmp_path):
@@ -691,7 +686,7 @@ def test_server_ignoring_range_is_refused_unless_allowed(capsys):
         assert report["fetched"]["full_downloads"] == 1
         assert json.loads(out.replace(s.url, FIX)) | {"fetched": None} == \
             summarize(open_checkpoint(os.path.join(FIX, "bert-tiny", "model.safetensors"))) | {"fetched": None}
-    assert not sources.SETTINGS.allow_full_download   # the CLI put the default back
+    assert not switches().allow_full_download   # the CLI put the default back
 
 
 @pytest.mark.parametrize("limit", ["remote_requests=1", "remote_bytes=1000"])

@@ -18,6 +18,7 @@ from remote_server import Server
 from ckptstat import sources
 from ckptstat.analysis.summary import summarize
 from ckptstat.cli import main
+from ckptstat.core.switches import Switches, set_switches
 from ckptstat.formats.registry import open_checkpoint
 from ckptstat.sources import hub, redirects
 
@@ -30,7 +31,7 @@ TOKEN = "hf_test_token_0123456789"
 @pytest.fixture(autouse=True)
 def fresh_sources(monkeypatch):
     sources.reset()
-    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
+    set_switches(Switches())
     yield
     sources.reset()
 

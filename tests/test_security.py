@@ -22,6 +22,7 @@ from conftest import FIXTURES, fixture
 
 from ckptstat import CheckpointError, CorruptCheckpointError, UsageError, open_checkpoint, summarize
 from ckptstat.core import files, limits
+from ckptstat.core.switches import switches
 from ckptstat.errors import ExternalReferenceError, as_checkpoint_error
 
 SECRET = np.arange(16, dtype="<f4")
@@ -137,7 +138,7 @@ def test_symlinks_out_of_the_folder(tmp_path, cli):
     rc, _, _ = cli("--allow-external", "tensors", str(tmp_path / "model"))
     assert rc == 0
     # the process default is back after each in-process run
-    assert files.allow_external_default() is False
+    assert switches().allow_external is False
 
 
 def test_symlinks_inside_the_folder_and_hf_cache_layout(tmp_path):

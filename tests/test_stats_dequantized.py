@@ -157,8 +157,9 @@ def test_over_http_as_locally(capsys, monkeypatch, case):
 
     from ckptstat import sources
     from ckptstat.cli import main
+    from ckptstat.core.switches import Switches, set_switches
 
-    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
+    set_switches(Switches())
 
     def report(path: str) -> dict:
         sources.reset()

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..census import aliases, architecture, parameters
-from ..core.files import allow_external_default, check_inside, scope_for, scoped
+from ..core.files import check_inside, scope_for, scoped
+from ..core.switches import switches
 from ..errors import CorruptCheckpointError, FileNotFound
 from ..formats.folders import PIPELINE_INDEX, component_name_ok
 from ..formats.registry import load_config, open_checkpoint, resolve_folder
@@ -21,7 +22,7 @@ COUNTING = ("per component: unique parameters of its weights (a tied weight once
 def pipeline_report(folder: str, progress: Callable[[str], None] | None = None) -> dict:
     index_path = os.path.join(folder, PIPELINE_INDEX)
     rows: list[dict[str, Any]] = []
-    with scoped(scope_for(folder, allow_external_default())):
+    with scoped(scope_for(folder, switches().allow_external)):
         # model_index.json is one of the folder's files: a symlink out of it is refused before it is read
         check_inside(index_path, PIPELINE_INDEX)
         index = load_config(index_path)

@@ -31,6 +31,7 @@ from typing import IO
 
 from ..errors import CheckpointError, ExternalReferenceError, FileNotFound, UsageError
 from . import urls
+from .switches import switches
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -138,17 +139,6 @@ def within(real: str, root: str) -> bool:
 
 
 _scope: ContextVar[Scope | None] = ContextVar("ckptstat_scope", default=None)
-_allow_default = False
-
-
-def set_allow_external(allow: bool) -> None:
-    """The process default for open_checkpoint's allow_external (the CLI's --allow-external)."""
-    global _allow_default
-    _allow_default = allow
-
-
-def allow_external_default() -> bool:
-    return _allow_default
 
 
 HF_CACHE_REPOS = ("models--", "datasets--", "spaces--")   # huggingface_hub's cache: <type>s--<org>--<name>
@@ -276,7 +266,7 @@ def current_scope() -> Scope | None:
 def external_allowed() -> bool:
     """Whether references outside the checkpoint may be followed (default: no)."""
     s = _scope.get()
-    return s.allow_external if s is not None else _allow_default
+    return s.allow_external if s is not None else switches().allow_external
 
 
 def refuse_external(path: str, reference: str) -> ExternalReferenceError:

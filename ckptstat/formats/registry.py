@@ -17,8 +17,9 @@ from typing import Any
 
 from ..core import Checkpoint, TensorInfo, files, urls
 from ..core.archive_magic import archive_kind
-from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped, size_of
+from ..core.files import check_inside, open_regular, regular, scope_for, scoped, size_of
 from ..core.limits import limits
+from ..core.switches import switches
 from ..core.tensor_table import TensorTable
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 from . import folders
@@ -398,7 +399,7 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         raise FileNotFound(path, "is a symlink to a missing file")
     elif os.path.isdir(path) and (snapshot := files.hf_cache_snapshot(path)) is not None:
         path = snapshot   # ~/.cache/huggingface/hub/models--org--name: the revision refs/main names, opened as itself
-    allow = allow_external_default() if allow_external is None else allow_external
+    allow = switches().allow_external if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     def open_inside(p: str) -> Checkpoint:
         check_inside(p, "file", path)   # before it is opened: each file is opened as one named, link or not

@@ -9,15 +9,14 @@ from __future__ import annotations
 import os
 
 from ..core import urls
-from .meter import METER, SETTINGS, Meter, set_allow_full_download
+from .meter import METER, SETTINGS, Meter
 from .remote import BACKEND, Backend, RemoteFile
 
 urls.install(BACKEND)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=BACKEND.after_fork)
 
-__all__ = ["BACKEND", "METER", "SETTINGS", "Backend", "Meter", "RemoteFile", "fetched", "forget_files", "reset",
-           "set_allow_full_download"]
+__all__ = ["BACKEND", "METER", "SETTINGS", "Backend", "Meter", "RemoteFile", "fetched", "forget_files", "reset"]
 
 
 def fetched() -> dict[str, int] | None:

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urljoin
 
+from ..core.switches import switches
 from ..core.urls import redact
 from ..errors import CheckpointError, FileNotFound
 from ..version import __version__
@@ -178,7 +179,7 @@ def examine(ask: _Ask, status: int, headers: Any) -> Head:
     # 200: the server sent the whole file.
     if start == 0 and length is not None and length <= end:
         return Head("whole", length, ctype, etag, length)
-    if not SETTINGS.allow_full_download:
+    if not switches().allow_full_download:
         size = f"{length:,} bytes" if length is not None else "of unknown size"
         raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
                                            f"all of it ({size}); pass --allow-full-download to do so")

@@ -93,9 +93,8 @@ METER = Meter()
 
 @dataclass
 class Settings:
-    """Process-wide options of the remote sources (the CLI's --allow-full-download sets the first)."""
+    """Process-wide options of the remote sources (--allow-full-download is a reading switch: core/switches.py)."""
 
-    allow_full_download: bool = False
     connect_timeout: float = 10.0    # seconds to open a connection
     read_timeout: float = 60.0       # seconds without a byte from the server
     min_rate: int = 64 << 10         # bytes a second a reply must keep up: a request may take read_timeout + n / min_rate
@@ -113,7 +112,3 @@ class Settings:
 
 
 SETTINGS = Settings()
-
-
-def set_allow_full_download(allow: bool) -> None:
-    SETTINGS.allow_full_download = allow

@@ -168,22 +168,16 @@ def blank_record(unit: Unit) -> dict[str, Any]:
             "config": None, "error": None, "fetched": None, "training": None}
 
 
-# (core.limits.Limits, allow_external, allow_full_download, pickled_objects): the CLI's --limit, --allow-external,
-# --allow-full-download, --pickled-objects
-Settings = tuple[Any, bool, bool, bool]
+# (core.limits.Limits, core.switches.Switches): the CLI's --limit, and --allow-external, --allow-full-download,
+# --pickled-objects
+Settings = tuple[Any, Any]
 
 
 def settings() -> Settings:
-    """This process's limits, --allow-external, --allow-full-download and --pickled-objects, for tasks run in other
-    processes or machines."""
-    import sys
+    """This process's limits and reading switches, for tasks run in other processes or machines."""
+    from ...core import limits, switches
 
-    from ...core import files, limits
-
-    src = sys.modules.get("ckptstat.sources")   # (not loaded: no URL read yet, nothing allowed)
-    objects = sys.modules.get("ckptstat.formats.torch.pickled_objects")   # (not loaded: not asked for)
-    return (limits.limits(), files.allow_external_default(), bool(src and src.SETTINGS.allow_full_download),
-            bool(objects and objects.pickled_objects()))
+    return limits.limits(), switches.switches()
 
 
 def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
@@ -197,31 +191,19 @@ def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
 @contextmanager
 def applied(using: Settings | None) -> Iterator[None]:
     """Run with the asking process's settings (None: this process's own)."""
-    from ...core import files, limits
+    from ...core import limits, switches
 
     if using is None:
         yield
         return
     old = settings()
     limits.reset(using[0])
-    files.set_allow_external(using[1])
-    if using[2] != old[2]:   # (the remote sources and the torch readers imported only when a switch changes)
-        from ... import sources
-
-        sources.set_allow_full_download(using[2])
-    if using[3] != old[3]:
-        from ...formats.torch.pickled_objects import set_pickled_objects
-
-        set_pickled_objects(using[3])
+    switches.set_switches(using[1])
     try:
         yield
     finally:
         limits.reset(old[0])
-        files.set_allow_external(old[1])
-        if using[2] != old[2]:
-            sources.set_allow_full_download(old[2])
-        if using[3] != old[3]:
-            set_pickled_objects(old[3])
+        switches.set_switches(old[1])
 
 
 def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:

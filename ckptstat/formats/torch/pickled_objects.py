@@ -16,8 +16,8 @@ objects, not calls. Two rebuilders real models pickle are read as the object the
 `kernels` layers pickle a function module as `_rebuild_kernel_func(module, name)`, and an activation module keeps
 `functools.partial(gelu, approximate="tanh")`; neither holds tensors.
 
-The switch is off by default, as torch's own default is weights_only: a file that builds classes outside the
-allowlist is what `ckptstat scan` calls unsafe, and reading it is a choice the user makes.
+The switch (core/switches.py) is off by default, as torch's own default is weights_only: a file that builds classes
+outside the allowlist is what `ckptstat scan` calls unsafe, and reading it is a choice the user makes.
 """
 from __future__ import annotations
 
@@ -26,18 +26,6 @@ from typing import Any
 
 from .allowlist import Named, Refused
 from .data_classes import Attributes
-
-_enabled = False
-
-
-def set_pickled_objects(on: bool) -> None:
-    """The process default (the CLI's --pickled-objects): read whole pickled objects as inert Instances."""
-    global _enabled
-    _enabled = on
-
-
-def pickled_objects() -> bool:
-    return _enabled
 
 
 class Instance(Attributes):

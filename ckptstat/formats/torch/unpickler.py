@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ...core.limits import limits
+from ...core.switches import switches
 from ...errors import CorruptCheckpointError, UnsafeCheckpointError, reading
 from .allowlist import (
     DENIED_MODULES,
@@ -32,7 +33,7 @@ from .allowlist import (
     weights_only_name,
 )
 from .data_classes import TABLE, DataGlobal, Filled
-from .pickled_objects import REBUILDERS, Instance, pickled_objects
+from .pickled_objects import REBUILDERS, Instance
 
 # Limits on what a pickle may build (the file is untrusted).
 MAX_OPS = 4_000_000        # opcodes in one pickle, or its byte count if more (each opcode is a byte at least)
@@ -158,7 +159,7 @@ class SafeUnpickler(pickle._Unpickler):
         self.built = 0
         self.max_built = limits().pickle_build_ratio * self.stream.limit + BUILD_FLOOR
         self.outside: set[str] = set()   # globals outside the allowlist the pickle named (data classes, allowlist.Named)
-        self.objects = pickled_objects()   # --pickled-objects: classes built without arguments become Instances
+        self.objects = switches().pickled_objects   # --pickled-objects: classes built without arguments: Instances
         self.instances: set[str] = set()   # the classes it built so
 
     def over_budget(self) -> None:
