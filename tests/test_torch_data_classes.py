@@ -274,7 +274,7 @@ def test_every_value_of_the_libraries_saves_is_listed(rel):
 def test_shared_and_cyclic_values_are_bounded(tmp_path):
     """A dict shared through the memo is listed under each of its names, at most MAX_OBJECTS in all: a 26 KB pickle
     naming one empty dict through 1,000 keys at each of eight levels (10^24 names) lists 10,000 and stops; a dict
-    holding itself is a value past the naming depth."""
+    holding itself is a value past the naming depth; a dict of tensors shared 100,000 times is walked once."""
     from ckptstat.formats.torch.values import MAX_OBJECTS
 
     shared: dict = {}
@@ -286,6 +286,13 @@ def test_shared_and_cyclic_values_are_bounded(tmp_path):
     torch.save({"w": torch.ones(2), "bomb": shared, "cyclic": cyclic}, path)
     objects = open_checkpoint(path).objects
     assert len(objects) == MAX_OBJECTS and all(k.startswith("bomb.k0.") for k in objects)
+    # a dict of 10,000 names of one tensor, named again by 100,000 items of a list (what the tensor walk's budget lets
+    # a 480 KB pickle name): walked once, not 10^9 keys looked at
+    t = torch.ones(2)
+    names = {f"w{i}": t for i in range(10_000)}
+    path = str(tmp_path / "shared.pt")
+    torch.save({"many": [names] * 100_000, "lr": 0.5}, path)
+    assert open_checkpoint(path).objects == {"lr": {"file": "shared.pt", "value": 0.5, "type": "float"}}
     path = str(tmp_path / "cycle.pt")
     torch.save({"w": torch.ones(2), "cyclic": cyclic}, path)
     objects = open_checkpoint(path).objects

@@ -114,14 +114,12 @@ def checkpoint_objects(obj: Any, path: str) -> dict[str, dict[str, Any]]:
     holds: dict[int, bool] = {}
 
     def rec(o: Any, name: str, depth: int) -> None:
-        if len(out) >= MAX_OBJECTS or isinstance(o, Instance) and o.is_module():
+        if len(out) >= MAX_OBJECTS or id(o) in seen or isinstance(o, Instance) and o.is_module():
             return
         if depth < MAX_NAME_DEPTH and o and (isinstance(o, dict) and all(isinstance(k, (str, int)) for k in o) or
                                              isinstance(o, (list, tuple)) and all(
                                                  isinstance(x, (dict, list, tuple, *_TENSORS)) for x in o)):
-            if _holds_tensor(o, holds):   # (walked once: a tensor-free one is listed under each name, a row a leaf)
-                if id(o) in seen:
-                    return
+            if _holds_tensor(o, holds):   # walked once (a tensor-free one is listed under each name, a row a leaf)
                 seen.add(id(o))
             for k, v in o.items() if isinstance(o, dict) else enumerate(o):
                 child = f"{name}.{key_text(k)}" if name else key_text(k)
