@@ -488,11 +488,15 @@ def test_os_named_even_as_a_value_is_refused(tmp_path):
         open_checkpoint(path)
 
 
-def test_an_unknown_numpy_dtype_is_shown_unread(tmp_path):
+def test_numpy_text_scalars_read_and_datetimes_shown_unread(tmp_path):
+    """numpy str_ scalars (UTF-32, any length, non-ASCII too) as `.item()` gives them; a datetime64 (its unit in the
+    dtype's state) shown unread."""
     path = str(tmp_path / "s.pt")
-    torch.save({"w": torch.ones(1), "name": np.str_("abc"), "when": np.datetime64("2026-01-01")}, path)
+    names = {"name": np.str_("abc"), "long": np.str_("ünïcødé " * 20), "one": np.str_("x")}
+    torch.save({"w": torch.ones(1), **names, "when": np.datetime64("2026-01-01")}, path)
     ckpt = open_checkpoint(path)
-    assert ckpt.objects["name"]["value"] == "<a numpy scalar of dtype U3>"
+    for k, v in names.items():
+        assert ckpt.objects[k]["value"] == v.item(), k
     assert ckpt.objects["when"]["value"].startswith("<a numpy scalar of dtype M8")
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -172,11 +173,15 @@ class NumpyDType(Filled):
         return dtypes.NUMPY_CODES.get(self.code)
 
 
+_TEXT_CODE = re.compile(r"[US][1-9][0-9]{0,5}")   # numpy's str_ (UTF-32) and bytes_ scalars of a fixed length
+
+
 def _scalar(dtype: Any, data: Any = None) -> Any:
-    """numpy's scalar(dtype, bytes): the number."""
+    """numpy's scalar(dtype, bytes): the number, or a str_ / bytes_ scalar's text or bytes (as `.item()` gives
+    them); any other dtype (a datetime64, whose unit its state holds) unread."""
     if not isinstance(dtype, NumpyDType):
         raise Refused(f"a numpy scalar of a {type(dtype).__name__}, not a numpy.dtype")
-    if dtype.known() is None:
+    if dtype.known() is None and not _TEXT_CODE.fullmatch(dtype.code):
         return Unread(f"a numpy scalar of dtype {dtype.code}")
     import numpy as np
     dt = np.dtype(dtype.code).newbyteorder(">" if dtype.order == ">" else "<")
