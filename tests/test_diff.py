@@ -398,3 +398,30 @@ def test_non_tensor_values_that_differ(tmp_path, cli) -> None:
     save_file(sd, plain)
     r = diff(open_checkpoint(str(tmp_path / "timm-a.pt")), open_checkpoint(plain))
     assert r["same"] and r["objects"] == [] and r["objects_note"].startswith("only A keeps non-tensor values")
+
+
+def test_values_of_a_dcp_folder_and_its_torch_save_conversion(tmp_path) -> None:
+    """torch's own converter (dcp_to_torch_save) of a DCP folder holding a model, an AdamW state and plain values:
+    the same values by the same names on both sides (DCP's items, the torch.save's nested dicts), no difference; the
+    conversion saved again with another `step` is one changed value."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    m = torch.nn.Linear(4, 2)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    m(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    folder, converted, edited = str(tmp_path / "dcp"), str(tmp_path / "c.pt"), str(tmp_path / "e.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": m.state_dict(), "optim": opt.state_dict(), "step": 3, "extra": {"best": 0.5}},
+                 checkpoint_id=folder)
+        dcp_to_torch_save(folder, converted)
+    obj = torch.load(converted, weights_only=False)
+    torch.save({**obj, "step": obj["step"] + 1}, edited)
+    r = diff(open_checkpoint(folder), open_checkpoint(converted))
+    assert r["same"] and r["objects"] == [] and r["objects_note"] is None
+    r = diff(open_checkpoint(folder), open_checkpoint(edited))
+    assert not r["same"] and r["objects"] == [{"name": "step", "status": "changed", "a": 3, "b": 4}]
