@@ -220,12 +220,32 @@ _trainer_classes = fixture_script("make_trainer_classes")
 
 def test_the_trainer_table_is_the_installed_libraries():
     """formats/trainer_classes.json is what fixtures/make_trainer_classes.py finds in the installed transformers and
-    accelerate (re-run it when the lock moves them)."""
+    accelerate (re-run it when the lock moves them); its TRL rows were written with trl (not in the test install), each
+    one of trl's trainers' configs, an object."""
     import accelerate
 
     written = json.loads(pathlib.Path(ROOT, "ckptstat", "formats", "trainer_classes.json").read_text())
     assert (written["transformers"], written["accelerate"]) == (transformers.__version__, accelerate.__version__)
-    assert written["classes"] == _trainer_classes.table() == TRAINER_CLASSES
+    assert written["classes"] == TRAINER_CLASSES
+    ours = {n: k for n, k in TRAINER_CLASSES.items() if not n.startswith(_trainer_classes.TRL_MODULE)}
+    assert ours == _trainer_classes.table(with_trl=False)
+    trl = {n: k for n, k in TRAINER_CLASSES.items() if n not in ours}
+    assert written["trl"] and trl and all(re.fullmatch(r"trl\.trainer\.\w+_config\.\w+Config", n) and k == "object"
+                                          for n, k in trl.items())
+
+
+def test_a_trl_runs_training_args(tmp_path):
+    """fixtures/trl/training_args.bin, an SFTConfig as TRL's trainer saves it (written with trl 1.16.0 by
+    fixtures/make_trainer_classes.py, with what torch listed and loaded back: expected.json): safe, torch's list as its
+    plain data; each argument as torch.load gave it back (its numbers, strings and booleans: expected.json)."""
+    folder = pathlib.Path(ROOT, "fixtures", "trl")
+    expected = json.loads((folder / "expected.json").read_text())
+    r = scan(folder / "training_args.bin")
+    assert r["status"] == "safe" and r["plain_data_globals"] == expected["globals"], r["verdict"]
+    objects = open_checkpoint(str(folder / "training_args.bin")).objects
+    shown = {k: v for k, v in expected["arguments"].items() if v is not None}   # (a top-level None is no value)
+    assert {k: objects[k]["value"] for k in shown} == shown
+    assert objects["max_length"]["value"] == 512 and objects["packing"]["value"] is True
 
 
 @pytest.mark.parametrize("i", range(4))
@@ -237,7 +257,7 @@ def test_training_args_scan_safe_and_load_running_nothing(tmp_path, i):
     torch.save(_trainer_classes._variants()[i], path)
     r = scan(path)
     assert r["status"] == "safe" and r["plain_data_globals"] == _globals_outside_allowlist(str(path)), r["verdict"]
-    modules = {n.rpartition(".")[0] for n in TRAINER_CLASSES}
+    modules = {n.rpartition(".")[0] for n in TRAINER_CLASSES if not n.startswith(_trainer_classes.TRL_MODULE)}
     assert _audited_load(str(path), tmp_path, *sorted(modules)) == []
 
 
@@ -300,22 +320,22 @@ def test_a_trainer_class_called_is_unsafe(tmp_path, cls, args, called):
 
 
 def test_a_training_args_class_outside_the_table_stays_unsafe_with_the_note(tmp_path, monkeypatch):
-    """TRL's configs subclass TrainingArguments in TRL's own module (not in the table): importing it runs TRL, so the
+    """A lab's own TrainingArguments subclass (its module, not in the table): importing it runs the lab's code, so the
     file stays UNSAFE, the class named, with the note that the Trainer never loads the file back."""
     import sys
     import types
 
-    class SFTConfig(transformers.TrainingArguments):
+    class MyArgs(transformers.TrainingArguments):
         pass
 
-    SFTConfig.__module__, SFTConfig.__qualname__ = "trl.trainer.sft_config", "SFTConfig"
-    for name in ("trl", "trl.trainer", "trl.trainer.sft_config"):
+    MyArgs.__module__, MyArgs.__qualname__ = "mylab.args", "MyArgs"
+    for name in ("mylab", "mylab.args"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    sys.modules["trl.trainer.sft_config"].SFTConfig = SFTConfig   # type: ignore[attr-defined]
+    sys.modules["mylab.args"].MyArgs = MyArgs   # type: ignore[attr-defined]
     path = tmp_path / "training_args.bin"
-    torch.save(SFTConfig(output_dir=str(tmp_path / "out"), report_to=[]), path)
+    torch.save(MyArgs(output_dir=str(tmp_path / "out"), report_to=[]), path)
     r = scan_path(str(path))
-    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["trl.trainer.sft_config.SFTConfig"], r["verdict"]
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["mylab.args.MyArgs"], r["verdict"]
     assert any("never loads back" in n for n in r["notes"])
 
 

@@ -29,9 +29,10 @@ called:
 - mmengine's `HistoryBuffer` (an OpenMMLab 2.x Runner's `message_hub`: NEWOBJ, then BUILD with its attributes, numpy
   arrays) and the `getattr(HistoryBuffer, 'min')` its statistics methods pickle as: a dict of its attributes; getattr
   of a global's name gives the attribute's name (allowlist.Named), of anything else it is refused.
-- what a transformers Trainer's `training_args.bin` names (TRAINER_CLASSES): TrainingArguments, AcceleratorConfig and
-  accelerate's PartialState (NEWOBJ, then BUILD: their attributes), their enums (REDUCE with the member's value: a
-  `Member`); a call of one of the objects is refused.
+- what a transformers or TRL trainer's `training_args.bin` names (TRAINER_CLASSES): TrainingArguments and its
+  subclasses (Seq2SeqTrainingArguments, TRL's SFTConfig, GRPOConfig...), AcceleratorConfig and accelerate's
+  PartialState (NEWOBJ, then BUILD: their attributes), their enums (REDUCE with the member's value: a `Member`); a call
+  of one of the objects is refused.
 """
 from __future__ import annotations
 
@@ -293,10 +294,10 @@ _OMEGACONF_NODES = ("nodes.AnyNode", "nodes.IntegerNode", "nodes.FloatNode", "no
 _TYPES = ("typing.Any", *(f"builtins.{t}" for t in ("dict", "list", "tuple", "str", "int", "float", "bool",
                                                       "bytes", "object")), "numpy.ndarray")
 
-# The classes a transformers Trainer's training_args.bin names (TrainingArguments, its enums, accelerate's state),
-# plain data only as pickle rebuilds them: an "object" built without a call (NEWOBJ, then BUILD: its attributes), an
-# "enum" looked up by one value (REDUCE: a Member) (formats/trainer_classes.json, written from transformers and
-# accelerate by fixtures/make_trainer_classes.py).
+# The classes a transformers or TRL trainer's training_args.bin names (TrainingArguments and TRL's configs, their enums,
+# accelerate's state), plain data only as pickle rebuilds them: an "object" built without a call (NEWOBJ, then BUILD:
+# its attributes), an "enum" looked up by one value (REDUCE: a Member) (formats/trainer_classes.json, written from
+# transformers, accelerate and trl by fixtures/make_trainer_classes.py).
 TRAINER_CLASSES: dict[str, str] = json.loads(
     (Path(__file__).parent.parent / "trainer_classes.json").read_text(encoding="utf-8"))["classes"]
 
