@@ -176,6 +176,7 @@ def build(folder: Path) -> dict[str, str]:
                       ("torch/training-data.pt", "a training checkpoint with plain data (args Namespace, numpy "
                                                  "scalar, omegaconf config, numpy RNG state)"),
                       ("torch/training-data-legacy.pt", "the same, legacy torch.save"),
+                      ("trl/training_args.bin", "a TRL SFTConfig's training_args.bin (trl 1.16.0)"),
                       ("keras3-zip/mlp.keras", "Keras 3 .keras"), ("keras3-zip/mlp-deflated.keras", "Keras 3 .keras"),
                       ("keras-corpus/k3-bn.keras", "Keras 3 .keras"), ("keras3/model.weights.h5", "Keras 3 .weights.h5"),
                       ("keras-corpus/k2-bn.h5", "Keras 2 .h5"), ("bert-tiny/model.safetensors", "safetensors"),
