@@ -31,8 +31,9 @@ def _fixture_paths() -> list[str]:
     # a shard is covered by its index; keep each path once
     out = [p for p in out if p.endswith(".index.json") or os.path.dirname(p) not in sharded_dirs
            or not p.endswith(".safetensors")]
-    # a GradScaler's state holds numbers, no tensors (tests/test_torch.py test_files_saved_on_a_gpu reads it)
-    return sorted(set(out) - {os.path.join(FIX, "cuda", "scaler.pt")})
+    # a GradScaler's state holds numbers, no tensors (tests/test_torch.py test_files_saved_on_a_gpu reads it); so does
+    # a TRL run's training_args.bin (tests/test_scan_plain_data.py reads it)
+    return sorted(set(out) - {os.path.join(FIX, "cuda", "scaler.pt"), os.path.join(FIX, "trl", "training_args.bin")})
 
 
 FIXTURES = _fixture_paths()
