@@ -254,3 +254,26 @@ def test_bad_input_is_one_line(run, cli, tmp_path):
     (link / "trainer_state.json").write_text('{"global_step": ')
     code, _, err = cli(str(link), "--allow-external")
     assert code == 1 and "trainer_state.json: cannot read trainer state" in err
+
+
+def test_non_tensor_values_that_change_across_the_steps(cli, tmp_path):
+    """Lightning's checkpoints of one run (fixtures/training/lightning, written by Lightning): the values that are not
+    the same at every step (the step, its loop counters, its schedulers' last learning rate, the callback's paths),
+    each step's as torch.load gives it back (test_torch_data_classes' naming), the shallowest first; in the text
+    output and the markdown report too."""
+    from conftest import fixture
+    from test_torch_data_classes import _values
+
+    r = trend([fixture("training", "lightning")])
+    per_step = [_values(torch.load(s["path"], weights_only=False), os.path.basename(s["path"])) for s in r["steps"]]
+    names = set().union(*per_step)
+    want = {n: [v.get(n) for v in per_step] for n in names}
+    want = {n: s for n, s in want.items() if any(a != b for a, b in zip(s, s[1:]))}
+    assert want and {v["name"]: v["series"] for v in r["values"]} == want
+    assert r["values"][0]["name"] == "global_step" and r["values_left_out"] == 0
+    assert all(v["changes"] == sum(a != b for a, b in zip(v["series"], v["series"][1:])) for v in r["values"])
+    rc, out, _ = cli("trend", fixture("training", "lightning"))
+    text = " ".join(out.split())   # (names are elided to the console's width)
+    assert rc == 0 and "Non-tensor values that change across the steps" in text
+    rc, _, _ = cli("trend", fixture("training", "lightning"), "-o", str(tmp_path / "t.md"))
+    assert rc == 0 and "## Non-tensor values that change across the steps" in (tmp_path / "t.md").read_text()

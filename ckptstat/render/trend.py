@@ -4,6 +4,7 @@ norm by step). matplotlib is imported only when a report is written. Names from 
 from __future__ import annotations
 
 import html
+import json
 import math
 
 from rich.console import Console
@@ -43,6 +44,21 @@ def _last_rows(r: dict) -> list[tuple[str, dict, list[str]]]:
     """(group, its last step's row, its flags) for each bucket and layer."""
     out = [(b["bucket"], b["series"][-1], b["flags"]) for b in r["buckets"]]
     return out + [(f"{x['bucket']}.{x['layer']}", x["series"][-1], x["flags"]) for x in r["layers"]]
+
+
+VALUE_LINES = 20   # non-tensor values that change listed in the terminal; the reports and --json have them all
+
+
+def _value(v: object) -> str:
+    return "-" if v is None else json.dumps(v)[:40]
+
+
+def _value_rows(r: dict) -> list[list[str]]:
+    """The non-tensor values that change across the steps: name, first step's, last step's, how many steps changed it."""
+    return [[v["name"], _value(v["series"][0]), _value(v["series"][-1]), str(v["changes"])] for v in r.get("values") or []]
+
+
+VALUE_HEADER = ["value", "first", "last", "changes"]
 
 
 def _findings(r: dict) -> list[str]:
@@ -97,6 +113,15 @@ def render_trend(r: dict, console: Console) -> None:
     console.print(fit_names(t, console))
     console.print(Text(f"rel = ||w_t - w_s|| / ||w_s|| since the previous step (prev) or the first; update ratio = "
                        f"std(w_t - w_(t-1)) / std(w_(t-1)); jump rule: {r['conventions']['jump']}", style="dim"))
+    values = _value_rows(r)
+    if values:
+        t = table("Non-tensor values that change across the steps", *VALUE_HEADER)
+        for name, first, final, changes in values[:VALUE_LINES]:
+            t.add_row(Name(name), safe(first), safe(final), changes)
+        console.print(fit_names(t, console))
+        more = len(values) - VALUE_LINES + r.get("values_left_out", 0)
+        if more > 0:
+            console.print(Text(f"... {more:,} more (--json, the reports)", style="dim"))
     for line in _findings(r):
         console.print(safe(line))
     if r["skipped"]:
@@ -169,6 +194,8 @@ def _sections(r: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     groups = [[g, *_cells(row), ", ".join(flags)] for g, row, flags in _last_rows(r)]
     out = [("Per step (all tracked parameters)", STEP_HEADER, _step_rows(r)),
            (f"Per bucket and layer at step {r['steps'][-1]['step']}", ["group", *HEADER, "flags"], groups)]
+    if _value_rows(r):
+        out.append(("Non-tensor values that change across the steps", VALUE_HEADER, _value_rows(r)))
     opt = [o for o in r["optimizer"] if o and o["groups"]]
     if opt:
         out.append(("Adam second moments per group (state attributed to a parameter)",

@@ -31,6 +31,7 @@ from .steps import SECOND_MOMENT, Moments, Plan, Sums, plan, step_result
 TREND_SCHEMA = "ckptstat.trend/1"
 JUMP_FACTOR = 10.0   # a jump: relative change since the previous step > JUMP_FACTOR x the median of the group's earlier ones
 JUMP_HISTORY = 2     # ... of at least this many earlier steps, with a median above 0
+MAX_VALUES = 500     # non-tensor values that change across the steps, listed (the rest counted)
 CONVENTIONS = {
     "norm": "L2 norm of the step's values, float64 (a group: of all its tensors' elements together)",
     "rel_prev": "||w_t - w_(t-1)|| / ||w_(t-1)||, relative L2 change since the previous checkpoint",
@@ -153,8 +154,25 @@ def _label(key: GroupKey) -> str:
     return "total" if key[0] == "total" else key[1] if key[0] == "bucket" else f"{key[1]}.{key[2]}"
 
 
+def changing_values(ckpts: list[Checkpoint]) -> tuple[list[dict], int]:
+    """The non-tensor values (`objects`: an epoch, a learning rate in param_groups, a callback's best score) that are not
+    the same at every step: [{name, series (each step's value, None where it has none), changes (steps whose value is
+    not the previous step's)}], the shallowest names first (`epoch`, `global_step` before Lightning's loop counters),
+    at most MAX_VALUES, and how many more."""
+    def shown(o: dict | None) -> Any:
+        return None if o is None else o["value"] if "value" in o else f"<{o.get('type')}, not read>"
+    names = sorted({n for c in ckpts for n in c.objects}, key=lambda n: (n.count("."), natural_key(n)))
+    out = []
+    for name in names:
+        series = [shown(c.objects.get(name)) for c in ckpts]
+        changes = sum(a != b for a, b in zip(series, series[1:]))
+        if changes:
+            out.append({"name": name, "series": series, "changes": changes})
+    return out[:MAX_VALUES], max(len(out) - MAX_VALUES, 0)
+
+
 def build(p: Plan, results: list[tuple[dict[str, Sums], list]], layout: str, paths: list[str], chunk_bytes: int,
-          workers: int, seconds: float, meta: list[dict]) -> dict:
+          workers: int, seconds: float, meta: list[dict], values: tuple[list[dict], int] = ([], 0)) -> dict:
     steps = p.steps
     tensors: list[dict[str, Any]] = []
     groups: dict[GroupKey, list[Sums]] = {}
@@ -202,6 +220,8 @@ def build(p: Plan, results: list[tuple[dict[str, Sums], list]], layout: str, pat
         "dead_layers": [_label(g) for g in sorted(rows, key=_order) if g[0] == "layer" and "dead" in rows[g]["flags"]],
         "jumps": jumps,
         "optimizer": optimizer,
+        "values": values[0],
+        "values_left_out": values[1],
         "skipped": p.skipped,
     }
 
@@ -236,7 +256,7 @@ def trend(paths: list[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, workers: int
         p.skipped[:0] = left_out
         results = _run(ckpts, p, chunk_bytes, workers, progress, scheduler)
         return build(p, results, layout, paths, chunk_bytes, workers, time.perf_counter() - t0,
-                     [step_meta(c) for c in ckpts])
+                     [step_meta(c) for c in ckpts], changing_values(ckpts))
     finally:
         for c in ckpts:
             c.close()
