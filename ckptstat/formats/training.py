@@ -161,8 +161,8 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
 
 def _training_args(ckpt: Checkpoint, path: str, open_file: Callable[[str], Checkpoint]) -> None:
     """The run's arguments (training_args.bin: TrainingArguments pickled whole, read as values, formats/torch
-    data_classes.py) into `objects` under `training_args.`; one the reader refuses (TRL's classes, a payload) is said
-    in a note, and the folder read without it."""
+    data_classes.py) into `objects` under `training_args.`; one the reader refuses (a lab's own class, a payload) is
+    said in a note, and the folder read without it."""
     if not os.path.isfile(path):
         return
     try:
