@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -24,6 +24,9 @@ from .commands.quick import LAYERS, _line, quick
 from .core.jsontext import dumps
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
+
+if TYPE_CHECKING:
+    from .core.switches import Switches
 
 app = typer.Typer(
     rich_markup_mode="markdown",   # a docstring paragraph wraps as one paragraph in --help
@@ -235,17 +238,22 @@ def _root(
     pass
 
 
-def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int], bool]:
-    """--allow-external, --limit NAME=N and --pickled-objects, taken out of the line wherever they stand."""
+_SWITCHES = {"--allow-external": "allow_external", "--allow-full-download": "allow_full_download",
+             "--pickled-objects": "pickled_objects"}   # the global options that set a reading switch (core/switches.py)
+
+
+def _global_options(args: list[str]) -> tuple[list[str], Switches, dict[str, int]]:
+    """The reading switches (_SWITCHES) and --limit NAME=N, taken out of the line wherever they stand."""
+    from .core.switches import Switches
     from .errors import UsageError
 
-    rest, allow, limits, objects = [], False, {}, False
+    rest: list[str] = []
+    on: dict[str, bool] = {}
+    limits: dict[str, int] = {}
     it = iter(args)
     for a in it:
-        if a == "--allow-external":
-            allow = True
-        elif a == "--pickled-objects":
-            objects = True
+        if a in _SWITCHES:
+            on[_SWITCHES[a]] = True
         elif a == "--limit" or a.startswith("--limit="):
             spec = a[len("--limit="):] if a.startswith("--limit=") else next(it, "")
             name, _, value = spec.partition("=")
@@ -254,7 +262,7 @@ def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int], b
             limits[name] = int(value)
         else:
             rest.append(a)
-    return rest, allow, limits, objects
+    return rest, Switches(**on), limits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,16 +282,13 @@ def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
-    full_download = "--allow-full-download" in args   # a global option of the remote sources (docs/remote.md)
-    args = [a for a in args if a != "--allow-full-download"]
     try:
-        args, allow, raised, objects = _global_options(args)
+        args, on, raised = _global_options(args)
         limits.set_limits(**raised)
     except (CkptstatError, ValueError) as e:
         print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
         return 2
-    switches.set_switches(switches.Switches(allow_external=allow, allow_full_download=full_download,
-                                            pickled_objects=objects))
+    switches.set_switches(on)
     rc = quick(args, debug)   # `ckptstat [summary] PATH --json`, answered without typer (commands/quick.py)
     if rc is not None:
         return rc

@@ -191,7 +191,8 @@ def test_a_folder_scan_names_the_plain_data(tmp_path, cli):
     rc, out, _ = cli("scan", str(tmp_path))
     text = " ".join(out.split())   # (a line wraps at the console's width)
     assert rc == 1 and "2 safe, 1 unsafe" in text
-    assert "SAFE timm.pth.tar plain data: argparse.Namespace, numpy._core.multiarray.scalar, numpy.dtype" in text
+    plain = ", ".join(_globals_outside_allowlist(str(tmp_path / "timm.pth.tar")))   # (torch's own unpickler's)
+    assert f"SAFE timm.pth.tar plain data: {plain}" in text
     assert "UNSAFE evil.pth.tar builtins.getattr" in text
     files = {f["path"]: f for f in scan_path(str(tmp_path))["files"]}
     assert "omegaconf.dictconfig.DictConfig" in files["lightning-hydra.pth.tar"]["plain_data_globals"]
@@ -245,7 +246,8 @@ def test_a_trl_runs_training_args(tmp_path):
     objects = open_checkpoint(str(folder / "training_args.bin")).objects
     shown = {k: v for k, v in expected["arguments"].items() if v is not None}   # (a top-level None is no value)
     assert {k: objects[k]["value"] for k in shown} == shown
-    assert objects["max_length"]["value"] == 512 and objects["packing"]["value"] is True
+    assert objects["max_length"]["value"] == expected["arguments"]["max_length"] and objects["packing"]["value"] is \
+        expected["arguments"]["packing"]   # (SFTConfig's own fields, not TrainingArguments')
 
 
 @pytest.mark.parametrize("i", range(4))

@@ -124,7 +124,7 @@ def test_a_trainer_folder_scans_safe_and_holds_its_arguments(run, tmp_path):
     want = _values(_as_read(torch.load(path, weights_only=False)))
     objects = open_checkpoint(folder).objects
     assert {k[len("training_args."):]: o["value"] for k, o in objects.items() if k.startswith("training_args.")} == want
-    assert objects["training_args.learning_rate"]["value"] == 1e-2
+    assert objects["training_args.learning_rate"]["value"] == torch.load(path, weights_only=False).learning_rate
     bad = tmp_path / "checkpoint-bad"
     shutil.copytree(folder, bad)
     payload = b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R."   # os.system("true")

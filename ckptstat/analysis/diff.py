@@ -459,16 +459,13 @@ def _objects(a: Checkpoint, b: Checkpoint) -> tuple[list[dict], str | None]:
     of A and B, by name, those that differ: [{name, status (changed, added, removed), a, b}], and a note. Compared only
     when both sides keep values: a format that keeps none (safetensors, GGUF) facing a training checkpoint is a
     conversion's other side, noted, not a difference."""
-    oa, ob = a.objects or {}, b.objects or {}
+    oa, ob = a.objects, b.objects
     if not oa or not ob:
         return [], (f"only {'A' if oa else 'B'} keeps non-tensor values ({len(oa or ob):,}): not compared"
                     if oa or ob else None)
-
-    def shown(o: dict) -> Any:
-        return o["value"] if "value" in o else f"<{o.get('type')}, not read>"
     out = []
     for name in sorted(set(oa) | set(ob), key=natural_key):
-        va, vb = (shown(oa[name]) if name in oa else None), (shown(ob[name]) if name in ob else None)
+        va, vb = a.object_value(name), b.object_value(name)
         status = "added" if name not in oa else "removed" if name not in ob else "changed" if va != vb else None
         if status:
             out.append({"name": name, "status": status, "a": va, "b": vb})
@@ -530,9 +527,12 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     counts = {s: sum(t["status"] == s for t in tensors) for s in (*STATUSES, "unread")}
     changed = [t for t in tensors if t["status"] not in UNCHANGED]
     objects, objects_note = _objects(a, b)
+    compared = COMPARED_NAMES if names_only else COMPARED_VALUES
+    if a.objects and b.objects:
+        compared += "; non-tensor values"
     return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
             "a_params": ta, "b_params": tb, "delta": tb - ta,
-            "compared": COMPARED_NAMES if names_only else COMPARED_VALUES, "names_only": names_only,
+            "compared": compared, "names_only": names_only,
             "atol": atol, "rtol": rtol, "strict": strict, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
             "builtin_map": builtin[0] if builtin else None,
             "same": not any((r["a"] or 0) != (r["b"] or 0) for r in rows) and ta == tb and not changed and not objects,

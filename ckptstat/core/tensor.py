@@ -251,6 +251,12 @@ class Checkpoint:
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors.values())
 
+    def object_value(self, name: str) -> Any:
+        """The value `objects` holds under `name`, for comparing checkpoints (diff, trend): its type where it was not
+        read, None where there is none."""
+        o = self.objects.get(name)
+        return None if o is None else o["value"] if "value" in o else f"<{o.get('type')}, not read>"
+
     def editable(self) -> dict[str, TensorInfo]:
         """The tensors as a dict that a reader in formats/ may change while it builds the checkpoint (a reader's
         TensorTable, core/tensor_table.py, becomes one)."""

@@ -1,8 +1,6 @@
 """Rich tables from reports. Every string that came from a file goes through `safe` first."""
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 from rich.text import Text
 
@@ -14,6 +12,7 @@ from .fmt import (  # noqa: F401  (re-exported)
     human_bytes,
     image_text,
     input_line,
+    object_text,
     one_image,
     seq_line,
     seq_source,
@@ -52,7 +51,7 @@ def _render_objects(objects: dict, console: Console) -> None:
     """A DCP folder's non-tensor items: `step = 7  (1,261 bytes)`, or why its value is not shown."""
     shallow_first = sorted(objects.items(), key=lambda kv: kv[0].count("."))   # `step`, `lr` before param_groups'
     for i, (name, o) in enumerate(shallow_first[:OBJECT_LINES]):
-        what = f"= {json.dumps(o['value'])[:80]}" if "value" in o else f"not read: {o.get('unread')}"
+        what = f"= {object_text(o)}" if "value" in o else object_text(o)
         console.print(Text("objects      " if i == 0 else " " * 13).append_text(
             safe(f"{name} {what}  " + (f"({o['bytes']:,} bytes)" if "bytes" in o else f"({o.get('file')})"))))
     if len(objects) > OBJECT_LINES:

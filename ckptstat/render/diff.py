@@ -3,12 +3,11 @@ Names from the files are printed inert (rich) or escaped (markdown)."""
 from __future__ import annotations
 
 import html
-import json
 
 from rich.console import Console, Group
 from rich.text import Text
 
-from .fmt import table
+from .fmt import table, value_cell
 from .names import Name, fit_names, inert, name_line, safe
 from .report_common import CSS
 from .report_common import html_table as _html_table
@@ -50,13 +49,9 @@ def _counts_line(r: dict) -> str:
     return ", ".join(x for x in (_tensor_counts(r), f"{len(values)} non-tensor value(s) differ" if values else "") if x)
 
 
-def _value(v: object) -> str:
-    return "-" if v is None else json.dumps(v)[:80]
-
-
 def _object_rows(r: dict) -> list[list[str]]:
     """The non-tensor values that differ: name, change, A, B."""
-    return [[o["name"], o["status"], _value(o["a"]), _value(o["b"])] for o in r.get("objects") or []]
+    return [[o["name"], o["status"], value_cell(o["a"], 80), value_cell(o["b"], 80)] for o in r.get("objects") or []]
 
 
 def conversion_notes(r: dict) -> list[str]:
@@ -91,8 +86,7 @@ def render_diff(r: dict, console: Console) -> None:
         console.print(Text(r["objects_note"], style="dim"))
     if r["same"]:
         tied = r["counts"].get("tied")
-        console.print(Text(f"no differences ({r['compared']}" + ("; non-tensor values" if r.get("objects") == [] and
-                                                                  not r.get("objects_note") else "") + ")"
+        console.print(Text(f"no differences ({r['compared']})"
                            + (f"; {tied} name(s) one side stores as another tensor's storage (tied)" if tied else "")))
         return
     if _tensor_counts(r):

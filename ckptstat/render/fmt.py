@@ -3,6 +3,8 @@ which model and which sequence length a figure assumed. Imported by the package 
 (a renderer never imports the package: render/__init__ imports renderers)."""
 from __future__ import annotations
 
+import json
+
 from rich import box
 from rich.table import Table
 from rich.text import Text
@@ -70,6 +72,17 @@ def input_line(r: dict, seq: int | list[int], flag: str | None, frames: bool = F
     if image:
         return Text(f"input        one {image}").append(" (figures per image; no sequence length)", style="dim")
     return seq_line(seq, flag, frames)
+
+
+def object_text(o: dict, width: int = 80) -> str:
+    """A row of `objects` as a line or a report's cell shows it: its value's JSON, cut to `width`, or why it is not
+    read."""
+    return json.dumps(o["value"])[:width] if "value" in o else f"not read: {o.get('unread')}"
+
+
+def value_cell(v: object, width: int) -> str:
+    """One side's or one step's non-tensor value in diff's and trend's tables: its JSON, cut; "-" where it has none."""
+    return "-" if v is None else json.dumps(v)[:width]
 
 
 def table(title: str, *columns: str) -> Table:

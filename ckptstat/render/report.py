@@ -5,7 +5,6 @@ documents always hold the same sections, tables and figures (docs/report.md)."""
 from __future__ import annotations
 
 import html
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from . import training_line
-from .fmt import human_bytes, image_text, one_image, seq_source
+from .fmt import human_bytes, image_text, object_text, one_image, seq_source
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -102,8 +101,7 @@ def _summary(r: dict) -> list[Block]:
                       rows=[[n["role"], str(n["tensors"]), _int(n["elements"]), _int(n["bytes"]), n["names"][0]]
                             for n in s["non_parameters"]])]
     if s.get("objects"):   # what the checkpoint keeps beside its tensors (a run's epoch, args, hyper-parameters)
-        rows = [[name, json.dumps(o["value"])[:OBJECT_TEXT] if "value" in o else f"not read: {o.get('unread')}"]
-                for name, o in s["objects"].items()]
+        rows = [[name, object_text(o, OBJECT_TEXT)] for name, o in s["objects"].items()]
         out.append(Block("details", f"Non-tensor values ({len(rows):,})", body=[
             Block("table", header=["Name", "Value"], align="nl", rows=rows)]))
     out += [Block("p", f"note: {n}") for n in s["notes"]]

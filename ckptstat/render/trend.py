@@ -4,7 +4,6 @@ norm by step). matplotlib is imported only when a report is written. Names from 
 from __future__ import annotations
 
 import html
-import json
 import math
 
 from rich.console import Console
@@ -12,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import optimizer_mapping_lines
-from .fmt import table
+from .fmt import table, value_cell
 from .names import Name, fit_names, safe
 from .report_common import CSS, figure_png, html_table, img_tag, md_cell, md_table, num, plot_text
 
@@ -49,13 +48,10 @@ def _last_rows(r: dict) -> list[tuple[str, dict, list[str]]]:
 VALUE_LINES = 20   # non-tensor values that change listed in the terminal; the reports and --json have them all
 
 
-def _value(v: object) -> str:
-    return "-" if v is None else json.dumps(v)[:40]
-
-
 def _value_rows(r: dict) -> list[list[str]]:
     """The non-tensor values that change across the steps: name, first step's, last step's, how many steps changed it."""
-    return [[v["name"], _value(v["series"][0]), _value(v["series"][-1]), str(v["changes"])] for v in r.get("values") or []]
+    return [[v["name"], value_cell(v["series"][0], 40), value_cell(v["series"][-1], 40), str(v["changes"])]
+            for v in r.get("values") or []]
 
 
 VALUE_HEADER = ["value", "first", "last", "changes"]

@@ -264,13 +264,16 @@ def _keras_h5_configs(path: str, f: IO[bytes]) -> dict[str, Any]:
     return keras_report(path, "keras (h5)", configs, "keras.saving.load_model")
 
 
+IMPORTS = ("GLOBAL", "STACK_GLOBAL", "INST")   # the opcodes whose finding is a global the loader imports
+
+
 def _numpy_report(t: Trace) -> dict[str, Any]:
     for w, _ in t.walks:   # numpy's own reconstruction globals are what every object array imports
         w.accept(NUMPY_OWN)
     r = report(t)
     why = "np.load(allow_pickle=True) imports it (and may call it)"
     for f in [*r["findings"], *(f for p in r["pickles"] for f in p["findings"])]:
-        if f["opcode"] != "BUILD":
+        if f["opcode"] in IMPORTS:   # (a BUILD on a global, a call of a trainer class: their own reasons)
             f["why"] = why
     r["torch_load"] = "not torch.load's: np.load(allow_pickle=True) unpickles object arrays (allow_pickle=False refuses)"
     r["weights_only_loadable"] = False

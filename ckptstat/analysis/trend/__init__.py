@@ -159,12 +159,10 @@ def changing_values(ckpts: list[Checkpoint]) -> tuple[list[dict], int]:
     the same at every step: [{name, series (each step's value, None where it has none), changes (steps whose value is
     not the previous step's)}], the shallowest names first (`epoch`, `global_step` before Lightning's loop counters),
     at most MAX_VALUES, and how many more."""
-    def shown(o: dict | None) -> Any:
-        return None if o is None else o["value"] if "value" in o else f"<{o.get('type')}, not read>"
     names = sorted({n for c in ckpts for n in c.objects}, key=lambda n: (n.count("."), natural_key(n)))
     out = []
     for name in names:
-        series = [shown(c.objects.get(name)) for c in ckpts]
+        series = [c.object_value(name) for c in ckpts]
         changes = sum(a != b for a, b in zip(series, series[1:]))
         if changes:
             out.append({"name": name, "series": series, "changes": changes})
