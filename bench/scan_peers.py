@@ -12,7 +12,8 @@ The corpus (built into --corpus, or reused with --reuse):
             imports, no payload), transformers save_pretrained .bin (fixtures/torch), numpy .npy/.npz with and
             without object arrays of plain data, training checkpoints with plain data (fixtures/torch/training-data*:
             an args Namespace, numpy scalars, an omegaconf config), a Trainer's training_args.bin, Keras 3 .keras and
-            .weights.h5, a Keras 2 .h5, safetensors, a Flax msgpack, an HF cache snapshot of benign blobs.
+            .weights.h5, a Keras 2 .h5, safetensors, a Flax msgpack, an HF cache snapshot of benign blobs, and a
+            Lightning 1.4 checkpoint keyed by its ModelCheckpoint class (Stable Diffusion 1.x's .ckpt layout).
 Ground truth is what the loaders do, not any scanner's verdict: torch.load(weights_only=False),
 np.load(allow_pickle=True) (every member of an .npz) and pickle.load, each over every file in a throw-away
 subprocess (cwd: the corpus; RLIMIT_AS 4 GiB, RLIMIT_CPU 300 s; not a real sandbox: the payloads only create
@@ -93,6 +94,30 @@ def _fixture_module(name: str):  # noqa: ANN202
     return module
 
 
+def _lightning_1x_checkpoint() -> bytes:
+    """What Lightning 1.4's dump_checkpoint writes (sd-v1-4.ckpt's layout): `callbacks` keyed by ModelCheckpoint, the
+    class pickled by its real name from a stand-in (Lightning 1.x needs an old torch; no loader here imports it)."""
+    import types
+
+    import torch
+    module = "pytorch_lightning.callbacks.model_checkpoint"
+    saved = {m: sys.modules.get(m) for m in ("pytorch_lightning", "pytorch_lightning.callbacks", module)}
+    cls = type("ModelCheckpoint", (), {"__module__": module})
+    for m in saved:
+        sys.modules[m] = types.ModuleType(m)
+    sys.modules[module].ModelCheckpoint = cls   # type: ignore[attr-defined]
+    try:
+        buf = io.BytesIO()
+        torch.save({"epoch": 6, "global_step": 470000, "pytorch-lightning_version": "1.4.2",
+                    "state_dict": {"model.w": torch.ones(2, 2)},
+                    "callbacks": {cls: {"best_model_score": torch.tensor(0.25), "best_model_path": "epoch=6.ckpt"}}},
+                   buf)
+        return buf.getvalue()
+    finally:
+        for m, was in saved.items():
+            sys.modules.pop(m) if was is None else sys.modules.__setitem__(m, was)
+
+
 def build(folder: Path) -> dict[str, str]:
     """Writes the corpus; returns case (path relative to `folder`) -> what it is (hostile cases' claims are
     only descriptions: ground_truth decides)."""
@@ -156,6 +181,8 @@ def build(folder: Path) -> dict[str, str]:
     buf = io.BytesIO()
     torch.save(transformers.TrainingArguments(output_dir=str(folder / "out"), report_to=[]), buf)
     put("checkpoint-1/training_args.bin", buf.getvalue(), "benign: a transformers Trainer's training_args.bin")
+    put("sd-v1-style.ckpt", _lightning_1x_checkpoint(), "benign: Lightning 1.4's layout (Stable Diffusion 1.x .ckpt): "
+        "callbacks keyed by the ModelCheckpoint class")
     buf = io.BytesIO()
     torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), buf)
     put("benign-whole-module.pt", buf.getvalue(), "benign: torch.save of a whole nn.Module (class imports)")

@@ -37,7 +37,7 @@ from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.scan import scan_path  # noqa: E402
 from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
 from ckptstat.errors import CkptstatError  # noqa: E402
-from ckptstat.formats.torch.data_classes import PLAIN_DATA, TRAINER_CLASSES  # noqa: E402
+from ckptstat.formats.torch.data_classes import CALLBACK_KEYS, PLAIN_DATA, TRAINER_CLASSES  # noqa: E402
 
 # torch.load(weights_only=False) of argv[1] under an audit hook; writes to argv[2] the events that would mean the file
 # ran code (the libraries its plain data needs imported first, as the script that reads it has them). eval and
@@ -360,3 +360,111 @@ def test_mutated_training_args_read_or_give_one_error(tmp_path):
 
     seen = outcomes(src, lambda n: n.endswith("data.pkl"), 600, 5, str(tmp_path / "m.bin"), both)
     assert set(seen) <= {"read", "CorruptCheckpointError", "UnsafeCheckpointError"} and "read" in seen, seen
+
+
+# ------------------------------------------------------------------------------------- Lightning < 1.5 callback keys
+
+CALLBACK_STUB = r"""
+import sys, types
+def stub(qualified):
+    module, _, name = qualified.rpartition(".")
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+    class Meta(type):   # the class called (REDUCE, NEWOBJ runs __new__ through the class) leaves a marker
+        def __call__(cls, *a, **k):
+            open("called-marker", "w").close()
+            return super().__call__(*a, **k)
+    cls = Meta(name, (), {"__module__": module, "__qualname__": name})
+    setattr(sys.modules[module], name, cls)
+    return cls
+"""
+MODEL_CHECKPOINT = "pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint"
+EARLY_STOPPING = "pytorch_lightning.callbacks.early_stopping.EarlyStopping"
+
+
+@pytest.fixture
+def lightning_1x():
+    """Lightning 1.4's callback classes (stubs under their real modules: Lightning 1.x needs an old torch), as its
+    pickles name them; a call of one leaves `called-marker` in the working folder."""
+    import sys
+    before = set(sys.modules)
+    space: dict[str, object] = {}
+    exec(CALLBACK_STUB, space)
+    yield {q: space["stub"](q) for q in (MODEL_CHECKPOINT, EARLY_STOPPING)}   # type: ignore[operator]
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def _stable_diffusion_1x(classes: dict[str, type], shared: bool = False) -> dict[str, object]:
+    """What Lightning 1.4's dump_checkpoint writes (sd-v1-4.ckpt's layout): `callbacks` keyed by the class."""
+    ckpt: dict[str, object] = {
+        "epoch": 6, "global_step": 470000, "pytorch-lightning_version": "1.4.2",
+        "state_dict": {f"model.{k}": v for k, v in _model().items()},
+        "callbacks": {classes[MODEL_CHECKPOINT]: {"monitor": None, "best_model_score": torch.tensor(0.25),
+                                                  "best_model_path": "/ckpt/epoch=6.ckpt"},
+                      classes[EARLY_STOPPING]: {"wait_count": 0, "patience": 3}}}
+    if shared:   # the class named again through the memo, again as a key
+        ckpt["more_callbacks"] = {classes[MODEL_CHECKPOINT]: {"kth_value": torch.tensor(1.0)}}
+    return ckpt
+
+
+@pytest.mark.parametrize("legacy, protocol, shared", [(False, 2, False), (True, 2, False), (False, 4, True),
+                                                      (True, 5, True)],
+                         ids=["zip", "legacy", "zip-p4-memo", "legacy-p5-memo"])
+def test_lightning_1x_callback_classes_as_keys_scan_safe(tmp_path, lightning_1x, legacy, protocol, shared):
+    """Stable Diffusion 1.x's .ckpt: the callback classes only hashed as keys. torch.load runs nothing of them (the
+    stubs' metaclass sees no call), torch lists them outside its allowlist, and scan calls them plain data."""
+    path = str(tmp_path / "sd.ckpt")
+    torch.save(_stable_diffusion_1x(lightning_1x, shared), path, _use_new_zipfile_serialization=not legacy,
+               pickle_protocol=protocol)
+    code = CALLBACK_STUB + f"stub({MODEL_CHECKPOINT!r}); stub({EARLY_STOPPING!r})\n" + DIFFERENTIAL_LOADER
+    assert library_runner.python(code, path, cwd=str(tmp_path)) == 0
+    assert not (tmp_path / "called-marker").exists()
+    r = scan(path)
+    assert r["status"] == "safe" and r["unsafe_globals"] == [], r["verdict"]
+    assert r["plain_data_globals"] == _globals_outside_allowlist(path) == sorted((EARLY_STOPPING, MODEL_CHECKPOINT))
+    assert r["weights_only_loadable"] is False
+
+
+def test_the_callback_table_is_lightnings():
+    """The table holds what Lightning 1.0 to 1.4 keyed by (their wheels' source, by the script), ModelCheckpoint
+    among them, and nothing else: every name a class under pytorch_lightning.callbacks."""
+    table = json.loads((pathlib.Path(ROOT) / "ckptstat" / "formats" / "lightning_callbacks.json").read_text())
+    assert table["generated_by"] == "fixtures/make_lightning_callbacks.py"
+    assert table["pytorch_lightning"] == list(fixture_script("make_lightning_callbacks").RELEASES)
+    assert CALLBACK_KEYS == set(table["classes"]) and MODEL_CHECKPOINT in CALLBACK_KEYS
+    assert all(re.fullmatch(r"pytorch_lightning\.callbacks\.\w+\.[A-Z]\w*", c) for c in CALLBACK_KEYS)
+    assert not CALLBACK_KEYS & (PLAIN_DATA | set(TRAINER_CLASSES))
+
+
+def _module_name(qualified: str) -> bytes:
+    module, _, name = qualified.rpartition(".")
+    return module.encode() + b"\n" + name.encode() + b"\n"
+
+
+# Hand-written pickles (no pickler writes them): the class a key and also pushed again (DUP) and called; a key and
+# also a value; called only; built; a key of an object a call returned. Each must be UNSAFE; `runs`: torch.load calls
+# the class (the stub's marker).
+KEYED_ABUSE = {
+    "dup-called": (b"\x80\x02}c" + _module_name(MODEL_CHECKPOINT) + b"2)Rs.", True),
+    "memo-called": (b"\x80\x02}c" + _module_name(MODEL_CHECKPOINT) + b"q\x00}sh\x00)R0.", True),
+    "a-value": (b"\x80\x02}(c" + _module_name(MODEL_CHECKPOINT) + b"q\x00}X\x03\x00\x00\x00clsh\x00u.", False),
+    "called": (b"\x80\x02}X\x01\x00\x00\x00xc" + _module_name(MODEL_CHECKPOINT) + b")Rs.", True),
+    "newobj": (b"\x80\x02c" + _module_name(MODEL_CHECKPOINT) + b")\x81.", False),   # (__new__: no __call__)
+    # a key of what a call returned (its __setitem__ runs), not of a dict the pickle made
+    "a-call's-key": (b"\x80\x02ccollections\nOrderedDict\n)Rc" + _module_name(MODEL_CHECKPOINT) + b"}s.", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEYED_ABUSE))
+def test_a_callback_class_used_beside_keys_is_unsafe(tmp_path, case):
+    pkl, runs = KEYED_ABUSE[case]
+    path = tmp_path / "sd.ckpt"
+    path.write_bytes(_torch_zip(pkl))
+    code = CALLBACK_STUB + f"stub({MODEL_CHECKPOINT!r})\n" + DIFFERENTIAL_LOADER
+    assert library_runner.python(code, str(path), cwd=str(tmp_path)) == 0
+    assert (tmp_path / "called-marker").exists() is runs
+    r = scan(path)
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == [MODEL_CHECKPOINT], r["verdict"]
+    assert r["plain_data_globals"] == []

@@ -302,6 +302,13 @@ TRAINER_CLASSES: dict[str, str] = json.loads(
     (Path(__file__).parent.parent / "trainer_classes.json").read_text(encoding="utf-8"))["classes"]
 
 
+# The callback classes PyTorch Lightning 1.0 to 1.4 key a checkpoint's `callbacks` dict by (`{ModelCheckpoint: state}`:
+# Stable Diffusion 1.x's .ckpt files), only named, never called (formats/lightning_callbacks.json, read from those
+# releases' wheels by fixtures/make_lightning_callbacks.py). Plain data for scan only where every reference is a dict's
+# key (pickle_machine.Machine.keyed).
+CALLBACK_KEYS: frozenset[str] = frozenset(json.loads(
+    (Path(__file__).parent.parent / "lightning_callbacks.json").read_text(encoding="utf-8"))["classes"])
+
 @dataclass(frozen=True)
 class Member:
     """An Enum member, pickled as `cls(value)`: its class's name and its value."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .allowlist import STORAGE_ITEMSIZE, allowed_name, weights_only_allows
-from .data_classes import PLAIN_DATA, TRAINER_CLASSES
+from .data_classes import CALLBACK_KEYS, PLAIN_DATA, TRAINER_CLASSES
 from .streams import Source, Truncated
 
 MAX_OPS = 4_000_000          # opcodes walked in one pickle (unpickler.MAX_OPS)
@@ -40,6 +40,8 @@ CALLS_TRAINER_CLASS = {   # (data_classes.TRAINER_CLASSES: plain data only as th
     "object": "called (its __init__ and __post_init__ run), where pickle rebuilds it without a call (NEWOBJ, then BUILD)",
     "enum": "called with other than one value, where pickle looks a member up by its value",
 }
+USED_BESIDE_KEYS = ("outside torch's weights_only allowlist, and referenced other than as a dict's key (Lightning "
+                    "before 1.5 keys `callbacks` by this class, which is harmless; called or passed on, it may run)")
 BUILDS_GLOBAL = ("BUILD on the imported global itself (a class or function, not an object made from it): its "
                  "attributes are set, changing it for the whole loading process")
 
@@ -58,6 +60,7 @@ class Opaque:
 
 
 UNKNOWN = Opaque("unknown")                # the result of a call: anything
+DICT = Opaque("dict")                      # a dict (EMPTY_DICT, DICT) whose items the walk does not keep
 LONG_STR = Opaque("str")                   # a str too long to keep
 
 
@@ -102,6 +105,15 @@ class Walk:
     def unknown(self) -> str | None:
         """Why scan cannot tell all this pickle does (None: it can)."""
         return self.incomplete or self.ambiguous
+
+
+@dataclass
+class KeyUse:
+    """A CALLBACK_KEYS global's references: plain data when each one pushed became a dict's key."""
+    opcode: str
+    offset: int
+    pushed: int = 0
+    keys: int = 0
 
 
 class Fail(Exception):
@@ -164,6 +176,7 @@ class Machine:
         self.memo_exact = True            # False once a PUT index could not be read exactly
         self.buf_end: int | None = None   # end of the frame the unpickler holds in its buffer
         self.op_at = 0
+        self.keyed: dict[str, KeyUse] = {}
 
     # --- reading, with the C unpickler's frame semantics
     def _ambiguous(self, why: str) -> None:
@@ -274,14 +287,18 @@ class Machine:
 
     def new_dict(self, items: list[object]) -> object:
         """EMPTY_DICT / DICT: a TrackedDict where a Builds reads them, else an opaque dict."""
+        if self.keyed:
+            self.count_keys(items)
         if self.builds is None:
-            return Opaque("dict")
+            return DICT
         d = TrackedDict()
         self.set_items(d, items)
         return d
 
     def set_items(self, target: object, items: list[object]) -> None:
         """SETITEM / SETITEMS on `target`: kept where it is a TrackedDict, the key a str or an int, within the caps."""
+        if self.keyed and (isinstance(target, TrackedDict) or target == DICT):
+            self.count_keys(items)
         if not isinstance(target, TrackedDict):
             return
         for k, v in zip(items[::2], items[1::2]):
@@ -290,6 +307,25 @@ class Machine:
                 return
             target[k] = v
             self.tracked += 1
+
+    # --- a Lightning callback class as a dict's key (data_classes.CALLBACK_KEYS)
+    def count_keys(self, items: list[object]) -> None:
+        for k in items[::2]:
+            if isinstance(k, Global) and k.name in self.keyed:
+                self.keyed[k.name].keys += 1
+
+    def pushed_again(self, v: object) -> None:
+        """A value pushed once more (a memo GET, DUP): one more reference to count if it is a keyed global."""
+        if isinstance(v, Global) and v.name in self.keyed:
+            self.keyed[v.name].pushed += 1
+
+    def settle_keys(self) -> None:
+        """At the walk's end: a keyed global whose every reference became a dict's key is plain data."""
+        for name, use in self.keyed.items():
+            if use.keys == use.pushed:
+                self.w.plain_data.add(name)
+            else:
+                self.w.findings.append(Finding(use.offset, use.opcode, name, USED_BESIDE_KEYS))
 
     # --- globals
     def find_class(self, module: str, name: str, opcode: str) -> object:
@@ -312,6 +348,8 @@ class Machine:
         self.record(full, ok)
         if not ok and (full in PLAIN_DATA or full in TRAINER_CLASSES):
             self.w.plain_data.add(full)
+        elif not ok and full in CALLBACK_KEYS:
+            self.keyed.setdefault(full, KeyUse(opcode, self.op_at)).pushed += 1
         elif not ok:
             self.w.findings.append(Finding(self.op_at, opcode, full, "outside torch's weights_only allowlist: "
                                            "torch.load without weights_only imports it (and may call it)"))

@@ -80,6 +80,7 @@ def walk(src: Source, record: str, start: int | None, *, object_pickle: bool = F
         w.failure, w.fail_at = "pickle data was truncated", m.op_at
     except Fail as e:
         w.failure, w.fail_at = str(e), m.op_at
+    m.settle_keys()
     if w.failure and w.weights_only is None:
         w.weights_only = f"offset {w.fail_at}: {w.failure}"
     return w
@@ -109,6 +110,8 @@ def _pop_mark(m: Machine) -> None:
 
 def _dup(m: Machine) -> None:
     m.push(m.top())
+    if m.keyed:
+        m.pushed_again(m.top())
 
 
 def _int_text(m: Machine) -> None:
@@ -269,6 +272,8 @@ def _dict(m: Machine) -> None:
 def _get_value(m: Machine, idx: object) -> None:
     if isinstance(idx, int) and idx in m.memo:
         m.push(m.memo[idx])
+        if m.keyed:
+            m.pushed_again(m.memo[idx])
     elif isinstance(idx, int) and m.memo_exact:
         raise Fail(f"memo value not found at index {idx}")
     else:
