@@ -9,6 +9,7 @@ their values and the plain values are compared with what it gives back."""
 from __future__ import annotations
 
 import argparse
+import enum
 import importlib
 import json
 import os
@@ -155,6 +156,8 @@ def _plain(v: object) -> object:
         return [_plain(x) for x in v]
     if isinstance(v, np.generic):
         return _plain(v.item())
+    if isinstance(v, enum.Enum):   # a member: its value (its class is the row's type)
+        return v.value
     if isinstance(v, complex):
         return str(v)
     if isinstance(v, (pathlib.PurePath, torch.dtype)):
@@ -365,25 +368,33 @@ def test_a_call_of_any_other_global_is_refused_by_name(tmp_path, obj, glob):
         open_checkpoint(path)
 
 
+class Act(enum.Enum):   # a user's enums, as structured configs type their fields
+    GELU = 1
+    RELU = 2
+
+
+class Norm(str, enum.Enum):
+    RMS = "rms"
+    LAYER = "layer"
+
+
 def _structured(monkeypatch, with_enum: bool):
     """A Hydra structured config: a dataclass of the user's module (`mylab.configs`, put in sys.modules while torch
-    saves it), typed fields (List, Optional, Dict), and an enum field if asked."""
+    saves it), typed fields (List, Optional, Dict), and enum fields if asked (an int-valued one, a str mixin one set
+    away from its default, an Optional one, a list of them)."""
     import dataclasses
-    import enum
     import sys
     import types
     from typing import Dict, List, Optional  # noqa: UP035 - as Hydra users write them (omegaconf keeps typing.List)
 
-    class Act(enum.Enum):
-        GELU = 1
-
     fields = [("hidden", int, 4), ("layers", List[int], dataclasses.field(default_factory=lambda: [1, 2])),  # noqa: UP006
               ("name", Optional[str], None), ("extra", Dict[str, float], dataclasses.field(default_factory=dict))]  # noqa: UP006
     if with_enum:
-        fields.append(("act", Act, Act.GELU))
+        fields += [("act", Act, Act.GELU), ("norm", Norm, Norm.RMS), ("gate", Optional[Act], None),  # noqa: UP045
+                   ("acts", List[Act], dataclasses.field(default_factory=lambda: [Act.RELU, Act.GELU]))]  # noqa: UP006
     model = dataclasses.make_dataclass("Model", fields)
     package, module = types.ModuleType("mylab"), types.ModuleType("mylab.configs")
-    for cls in (model, Act):
+    for cls in (model, Act, Norm):
         cls.__module__, cls.__qualname__ = "mylab.configs", cls.__name__
         setattr(module, cls.__name__, cls)
     monkeypatch.setitem(sys.modules, "mylab", package)
@@ -444,11 +455,41 @@ def test_lightning_1x_callbacks_keyed_by_their_class(tmp_path, monkeypatch):
     assert _listed(note) == unsafe and ckpt.training.get("global_step") == 470000
 
 
-def test_an_enum_field_calls_the_users_class_and_is_refused(tmp_path, monkeypatch):
+def test_a_structured_configs_enum_fields_are_read_as_members(tmp_path, monkeypatch):
+    """An enum field's value (omegaconf's EnumNode) is pickled as a call of the user's class with the member's value:
+    read, never called, as the member's value typed by its class, equal to torch's load with every listed global
+    allowed; the user's module is not importable when ckptstat reads."""
+    import sys
+
     path = str(tmp_path / "e.pt")
-    torch.save({"w": torch.ones(2), "hp": _structured(monkeypatch, with_enum=True)}, path)
-    with pytest.raises(pickle.UnpicklingError):
-        torch.load(path, weights_only=True)
+    cfg = _structured(monkeypatch, with_enum=True)
+    cfg.norm = Norm.LAYER
+    torch.save({"w": torch.ones(2), "hp": cfg}, path)
+    unsafe, want = _oracle(path)
+    assert {"mylab.configs.Act", "mylab.configs.Norm", "omegaconf.nodes.EnumNode"} <= set(unsafe)
+    monkeypatch.delitem(sys.modules, "mylab.configs")
+    ckpt = open_checkpoint(path)
+    assert {k: o["value"] for k, o in ckpt.objects.items()} == _leaves("hp", _plain(want["hp"]))
+    members = {k: type(v).__name__ for k, v in OmegaConf.to_container(want["hp"]).items() if isinstance(v, enum.Enum)}
+    assert members and {k: ckpt.objects[f"hp.{k}"]["type"] for k in members} == members
+    (note,) = [n for n in ckpt.notes if "outside torch's weights_only allowlist" in n]
+    assert sorted(_listed(note)) == sorted(unsafe)
+
+
+@pytest.mark.parametrize("where", ["a dict's value", "a list item", "a Namespace's attribute"])
+def test_a_users_enum_outside_a_config_node_is_refused(tmp_path, monkeypatch, where):
+    """The same call anywhere an EnumNode does not hold it is what it is, a call of the user's class: refused."""
+    import sys
+    import types
+
+    module = types.ModuleType("mylab.configs")
+    Act.__module__, module.Act = "mylab.configs", Act   # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mylab", types.ModuleType("mylab"))
+    monkeypatch.setitem(sys.modules, "mylab.configs", module)
+    value = {"a dict's value": {"act": Act.GELU}, "a list item": [Act.RELU],
+             "a Namespace's attribute": argparse.Namespace(act=Act.GELU)}[where]
+    path = str(tmp_path / "e.pt")
+    torch.save({"w": torch.ones(2), "hp": value}, path)
     with pytest.raises(UnsafeCheckpointError, match=r"global 'mylab\.configs\.Act'"):
         open_checkpoint(path)
 

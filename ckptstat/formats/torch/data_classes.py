@@ -14,8 +14,9 @@ called:
   the types those name (`typing.Any`, `builtins.dict`...) and the `collections.defaultdict(dict)` of their resolver
   cache (Lightning's `hyper_parameters` under Hydra, NeMo's `.ckpt`, fairseq's `cfg` from 0.10): a dict / list of the
   nodes' values. A structured config's metadata names the user's dataclass and `typing` generics only as types (the
-  reader keeps any global named, never called, as an allowlist.Named); an enum value (EnumNode) calls the user's
-  enum class: refused.
+  reader keeps any global named, never called, as an allowlist.Named); an enum value (EnumNode) is a call of the
+  user's enum class with the member's value: read as a Member (its class's name and the value), never called, and
+  only there.
 - numpy scalars (`numpy._core.multiarray.scalar(dtype, bytes)`; numpy < 2 spells it `numpy.core`), with
   `numpy.dtype(code, align, copy)` and BUILD of its (version, byteorder, ...) state: the number.
 - numpy arrays (`_reconstruct(numpy.ndarray, (0,), b'b')`, then BUILD `(1, shape, dtype, fortran, data)`; protocol
@@ -316,12 +317,21 @@ class Member:
     value: Any
 
 
+MEMBER_VALUE = (str, int, float, bool, type(None))   # what an Enum member's value is in the configs read here
+
+
 def _member(name: str) -> Callable[..., Member]:
     def build(*args: Any) -> Member:
-        if len(args) != 1 or not isinstance(args[0], (str, int, float, bool, type(None))):
+        if len(args) != 1 or not isinstance(args[0], MEMBER_VALUE):
             raise Refused(f"{name} called with {len(args)} argument(s), not a member's one plain value")
         return Member(name.rpartition(".")[2], args[0])
     return build
+
+
+class EnumNode(_Node):
+    """omegaconf's EnumNode: its `_val` a member of the user's Enum, which pickle rebuilds by calling the user's class
+    with the member's value (`Act("gelu")`). The unpickler reads that call as a Member only where an EnumNode holds it
+    (unpickler.SafeUnpickler.members); anywhere else it is refused as the call it is."""
 
 
 TABLE: dict[str, DataGlobal] = {g.name: g for g in (
@@ -330,7 +340,7 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
     DataGlobal("builtins.getattr", call=_getattr),
     DataGlobal("omegaconf.dictconfig.DictConfig", new=Config),
     DataGlobal("omegaconf.listconfig.ListConfig", new=ConfigList),
-    *(DataGlobal(f"omegaconf.{n}", new=_Node) for n in _OMEGACONF_NODES),
+    *(DataGlobal(f"omegaconf.{n}", new=EnumNode if n == "nodes.EnumNode" else _Node) for n in _OMEGACONF_NODES),
     DataGlobal("omegaconf.base.ContainerMetadata", new=_Ignored),
     DataGlobal("omegaconf.base.Metadata", new=_Ignored),
     DataGlobal("collections.defaultdict", call=_defaultdict),

@@ -32,7 +32,7 @@ from .allowlist import (
     stub_for,
     weights_only_name,
 )
-from .data_classes import TABLE, DataGlobal, Filled
+from .data_classes import MEMBER_VALUE, TABLE, DataGlobal, EnumNode, Filled, Member
 from .pickled_objects import REBUILDERS, Instance
 
 # Limits on what a pickle may build (the file is untrusted).
@@ -161,6 +161,9 @@ class SafeUnpickler(pickle._Unpickler):
         self.outside: set[str] = set()   # globals outside the allowlist the pickle named (data classes, allowlist.Named)
         self.objects = switches().pickled_objects   # --pickled-objects: classes built without arguments: Instances
         self.instances: set[str] = set()   # the classes it built so
+        # calls of a global outside the tables with one plain value (a user's Enum member, `Act("gelu")`) that no
+        # omegaconf EnumNode holds (yet): id -> (the global, the Member read); any left at the end is refused
+        self.members: dict[int, tuple[str, Member]] = {}
 
     def over_budget(self) -> None:
         raise Refused(f"pickle's opcodes and calls build more than {self.max_built:,} bytes of objects from "
@@ -178,7 +181,12 @@ class SafeUnpickler(pickle._Unpickler):
     def load_reduce(self) -> None:
         args = self.stack.pop()
         func = self.stack[-1]
-        if isinstance(func, Named):   # a class's __reduce__ of (cls, ()) (SimpleNamespace), or a call
+        if isinstance(func, Named) and isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], MEMBER_VALUE):
+            # an Enum member as pickle rebuilds it, `cls(value)`: read only where an omegaconf EnumNode holds it
+            member = Member(func.name.rpartition(".")[2], args[0])
+            self.members[id(member)] = (func.name, member)
+            self.stack[-1] = member
+        elif isinstance(func, Named):   # a class's __reduce__ of (cls, ()) (SimpleNamespace), or a call
             if not (self.objects and args == ()):
                 raise Forbidden(func.name, built=args == () or self.objects)
             self.stack[-1] = self.instance(func.name)
@@ -250,6 +258,8 @@ class SafeUnpickler(pickle._Unpickler):
         state = self.stack.pop()
         if self.stack and isinstance(self.stack[-1], Filled):
             self.stack[-1].build(state)
+            if isinstance(self.stack[-1], EnumNode):
+                self.members.pop(id(self.stack[-1].value), None)
             self.account(self.stack[-1])   # a config copies its content: one memoised content into a million configs
 
     # NEWOBJ calls cls.__new__: only the two allowlisted dict classes and the data classes may be built that way, and
@@ -363,6 +373,8 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True, lim
             obj = u.load()
             if isinstance(obj, (Named, DataGlobal)):   # the whole pickle a reference to code: nothing to read
                 raise Forbidden(obj.name)
+            for name, _ in u.members.values():   # a call no EnumNode holds: the call it is
+                raise Forbidden(name)
             return obj, u
         except Refused as e:
             raise CorruptCheckpointError(path, f"{record}: {e}") from None
