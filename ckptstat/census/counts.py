@@ -11,6 +11,7 @@ from ..core import Checkpoint, TensorInfo
 from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
+from .diffusion import Layout, layout
 from .quant import logical
 from .quant import roles as quant_roles
 from .quant.mlx import as_converted
@@ -77,6 +78,9 @@ def _architecture(ckpt: Checkpoint) -> dict:
         return {"family": "adapter", "source": "adapter_config.json", "model_type": str(ckpt.adapter.get("peft_type")),
                 "architectures": []}
     meta = ckpt.metadata if ckpt.declared_architecture else None
+    one_file = diffusion_layout(ckpt)
+    if one_file is not None:
+        return {"family": DIFFUSION, "source": "tensor names", "model_type": one_file.model_type, "architectures": []}
     if not ckpt.config and not (meta or {}).get("general.architecture"):   # by the tensor names alone
         return {"family": name_family(logical(ckpt)), "source": "tensor names", "model_type": None, "architectures": []}
     from ..families import detect  # the registry loads when a command asks about the architecture
@@ -84,6 +88,18 @@ def _architecture(ckpt: Checkpoint) -> dict:
     a = detect(logical(ckpt).tensors, as_converted(ckpt.config, ckpt.metadata), meta)
     source = ckpt.config_kind if a.source == "config.json" else a.source   # (a pickled model's own config)
     return {"family": a.family, "source": source, "model_type": a.model_type, "architectures": list(a.architectures)}
+
+
+DIFFUSION = "stable_diffusion"   # the family a one-file Stable Diffusion checkpoint is shown as
+
+
+def diffusion_layout(ckpt: Checkpoint) -> Layout | None:
+    """A Stable Diffusion pipeline saved as one file (census/diffusion.py), without a config.json; else None."""
+    def find(c: Checkpoint) -> Layout | None:
+        if c.config or c.declared_architecture or c.adapter is not None:
+            return None
+        return layout(c.tensors, lambda n: tuple(c.tensors[n].shape) if n in c.tensors else None)
+    return ckpt.derived("diffusion_layout", find)
 
 
 def name_family(ckpt: Checkpoint) -> str:

@@ -89,7 +89,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
         console.print(fit_names(t, console, column=4))
     if a["family"] == "unknown" and r.get("modules"):
         _render_modules(r["modules"], console)
-    elif r["unplaced"]:
+    elif r["unplaced"] and not r.get("single_file"):   # (a one-file pipeline's components place every tensor)
         console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
         for name in r["unplaced"]:
             console.print(name_line("  ", name))
@@ -140,6 +140,19 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
 
 
 
+def _render_components(one: dict, total: int, console: Console) -> None:
+    """A Stable Diffusion pipeline in one file, by component (analysis/summary.py single_file)."""
+    where = f" (diffusers reads it with {one['pipeline']}'s config)" if one.get("pipeline") else ""
+    console.print(Text("one file     ").append_text(safe(
+        f"a Stable Diffusion pipeline, diffusers' model type {one['model_type']!r}{where}")))
+    t = table("Components (as diffusers' from_single_file splits the file)", "component", "params", "share", "bytes",
+              "tensors", "buffers")
+    for c in one["components"]:
+        t.add_row(c["component"], f"{c['params']:,}", f"{100 * c['params'] / total:.2f}%" if total else "-",
+                  human_bytes(c["bytes"]), str(c["tensors"]), str(c["buffers"]))
+    console.print(t)
+
+
 def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
     """The parameter count and its tables: by bucket (quantisation beside), by layer, by stored dtype."""
     p = r["parameters"]
@@ -161,6 +174,11 @@ def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
 
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
+    if r.get("single_file"):   # a Stable Diffusion pipeline in one file: its components, not the transformer buckets
+        _render_components(r["single_file"], p["unique"], console)
+        render_quantization(r, console)
+        _render_dtypes(r, console)
+        return
     bits = quantized_bits(r)   # bits per weight per bucket, shown for quantised checkpoints
     t = table("Parameters by bucket", "bucket", "params", "share", "bytes", *(("bits/weight",) if bits else ()), "tensors")
     for b in r["buckets"]:
@@ -174,7 +192,10 @@ def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
         for row in r["layers"]:
             t.add_row(f"{row['bucket']}.{row['layer']}", f"{row['params']:,}", human_bytes(row["bytes"]), str(row["tensors"]))
         console.print(t)
+    _render_dtypes(r, console)
 
+
+def _render_dtypes(r: dict, console: Console) -> None:
     t = table("Parameters by stored dtype", "dtype", "params", "bytes", "tensors")
     for d in r["dtypes"]:
         t.add_row(d["dtype"], f"{d['params']:,}", human_bytes(d["bytes"]), str(d["tensors"]))

@@ -81,10 +81,19 @@ def _summary(r: dict) -> list[Block]:
         if im := an.get("image"):   # a vision-language wrapper whose image path is modelled (families/images/)
             items.append(("image", one_image(im, f"{im['flops']:,}") if im["side"] else
                                    "any size: `ckptstat flops --images N --image-size S` counts it"))
-    out = [Block("h2", "Summary"), Block("items", items=items), Block("h3", "Parameters by bucket"),
+    one = s.get("single_file")   # a Stable Diffusion pipeline in one file: by component, not by bucket
+    if one:
+        items.insert(2, ("one file", f"a Stable Diffusion pipeline, diffusers' model type {one['model_type']!r}"
+                                     + (f" (read with {one['pipeline']}'s config)" if one.get("pipeline") else "")))
+    by = ([Block("h3", "Components (as diffusers' from_single_file splits the file)"),
+           Block("table", header=["Component", "Parameters", "Bytes", "Tensors", "Buffers"], align="l",
+                 rows=[[c["component"], _int(c["params"]), _int(c["bytes"]), str(c["tensors"]), str(c["buffers"])]
+                       for c in one["components"]])] if one else
+          [Block("h3", "Parameters by bucket"),
            Block("table", header=["Bucket", "Parameters", "Share", "Bytes", "BPW", "Tensors"], align="l",
                  rows=[[b["bucket"], _int(b["params"]), f"{100 * b['share']:.2f}%", _int(b["bytes"]),
-                        num(b["bits_per_weight"], ".4f"), str(b["tensors"])] for b in s["buckets"]]),
+                        num(b["bits_per_weight"], ".4f"), str(b["tensors"])] for b in s["buckets"]])])
+    out = [Block("h2", "Summary"), Block("items", items=items), *by,
            Block("h3", "Parameters by stored dtype"),
            Block("table", header=["Dtype", "Parameters", "Bytes", "Tensors"], align="l",
                  rows=[[d["dtype"], _int(d["params"]), _int(d["bytes"]), str(d["tensors"])] for d in s["dtypes"]])]

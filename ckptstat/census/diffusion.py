@@ -1,0 +1,125 @@
+"""A Stable Diffusion model saved as one file in its original layout: CompVis' LDM (1.x, 2.x) or Stability's SGM (XL),
+as AUTOMATIC1111, ComfyUI and model sites distribute it, and as diffusers' `from_single_file` reads it (docs/adapters.md,
+"Single-file diffusion checkpoints"). Its tensors are the pipeline's models side by side under fixed prefixes: the
+UNet under `model.diffusion_model.`, the VAE under `first_stage_model.`, the text encoders under `cond_stage_model.` or
+`conditioner.embedders.N.`, and, in a trainer's save, the UNet's EMA copy (`model_ema.`: LitEma's buffers) and the
+noise schedule's buffers.
+
+`layout` says whether a checkpoint is one, and which model diffusers would load it as: its model type, by the rules of
+diffusers' `infer_diffusers_model_type` (diffusers/loaders/single_file_utils.py: the key names of CHECKPOINT_KEY_NAMES
+and the shapes it checks), for the UNet models it covers. `components` splits the tensors by prefix, as
+`from_single_file` hands them to each model (LDM_UNET_KEY, LDM_VAE_KEYS, the text encoders' prefixes).
+tests/test_single_file.py checks both against diffusers 0.42.1.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+UNET = "model.diffusion_model."
+# diffusers' CHECKPOINT_KEY_NAMES for the UNet models (single_file_utils.py)
+KEYS = {
+    "v1": UNET + "output_blocks.11.0.skip_connection.weight",
+    "v2": UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight",   # its width: OpenCLIP ViT-H's 1024
+    "xl_base": "conditioner.embedders.1.model.transformer.resblocks.9.mlp.c_proj.bias",
+    "xl_refiner": "conditioner.embedders.0.model.transformer.resblocks.9.mlp.c_proj.bias",
+    "upscale": UNET + "input_blocks.10.0.skip_connection.bias",
+    "playground-v2-5": "edm_mean",
+    "inpainting": UNET + "input_blocks.0.0.weight",   # its input channels: 9 inpainting, 8 instruct-pix2pix
+    "controlnet": "control_model.time_embed.0.weight",
+}
+# The pipeline diffusers fetches the config of, for each model type (DIFFUSERS_DEFAULT_PIPELINE_PATHS)
+PIPELINES = {
+    "v1": "stable-diffusion-v1-5/stable-diffusion-v1-5", "v2": "stabilityai/stable-diffusion-2-1",
+    "inpainting": "stable-diffusion-v1-5/stable-diffusion-inpainting",
+    "inpainting_v2": "stabilityai/stable-diffusion-2-inpainting",
+    "xl_base": "stabilityai/stable-diffusion-xl-base-1.0", "xl_refiner": "stabilityai/stable-diffusion-xl-refiner-1.0",
+    "xl_inpaint": "diffusers/stable-diffusion-xl-1.0-inpainting-0.1",
+    "playground-v2-5": "playgroundai/playground-v2.5-1024px-aesthetic", "upscale": "stabilityai/stable-diffusion-x4-upscaler",
+    "instruct-pix2pix": "timbrooks/instruct-pix2pix",
+}
+# Prefix -> the pipeline component from_single_file loads from it (first match wins)
+PREFIXES = (
+    (UNET, "unet"),
+    ("first_stage_model.", "vae"), ("vae.", "vae"),                         # LDM_VAE_KEYS
+    ("cond_stage_model.transformer.", "text_encoder"),                      # 1.x: CLIP ViT-L
+    ("cond_stage_model.model.", "text_encoder"),                            # 2.x: OpenCLIP ViT-H
+    ("conditioner.embedders.0.transformer.", "text_encoder"),               # XL: CLIP ViT-L
+    ("conditioner.embedders.1.model.", "text_encoder_2"),                   # XL: OpenCLIP ViT-bigG
+    ("conditioner.embedders.0.model.", "text_encoder_2"),                   # XL refiner: OpenCLIP ViT-bigG alone
+    ("model_ema.", "unet EMA copy"),                                        # ldm/modules/ema.py LitEma (buffers)
+)
+# ldm/models/diffusion/ddpm.py: register_schedule's buffers (naming.py gives them the buffer role), LatentDiffusion's
+# scale_factor, and the learned `logvar` (a parameter, with learn_logvar)
+SCHEDULE = frozenset((
+    "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
+    "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod", "posterior_variance",
+    "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2", "scale_factor", "logvar"))
+OTHER = "other"
+SCHEDULE_COMPONENT = "noise schedule"
+
+
+WRAPPERS = ("", "state_dict.")   # the pipeline's names at the top, or under Lightning's `state_dict` (LDM's trainer)
+
+
+class Layout(NamedTuple):
+    model_type: str        # diffusers' infer_diffusers_model_type
+    pipeline: str | None   # the Hub pipeline whose config diffusers reads for it
+    wrapper: str           # what the pipeline's names sit under in the file ("" or "state_dict.")
+
+
+def _width(shape: Callable[[str], tuple[int, ...] | None], key: str, axis: int) -> int | None:
+    s = shape(key)
+    return s[axis] if s is not None and len(s) > max(axis, -axis - 1) else None
+
+
+def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """The single-file layout of a checkpoint with these tensor names (None: not one): a UNet under
+    `model.diffusion_model.input_blocks.` and a VAE or a text encoder beside it. Its model type follows
+    infer_diffusers_model_type's branches, in its order, for the UNet models."""
+    wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
+    if wrapper is None:
+        return None
+    beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
+    if not any(n.startswith(beside) for n in names):
+        return None   # a bare UNet: no pipeline's layout (diffusers reads it as a model, not a pipeline)
+
+    def has(key: str) -> bool:
+        return wrapper + key in names
+
+    def width(key: str, axis: int) -> int | None:
+        return _width(shape, wrapper + key, axis)
+
+    channels = width(KEYS["inpainting"], 1)
+    v2 = has(KEYS["v2"]) and width(KEYS["v2"], -1) == 1024
+    if has(KEYS["inpainting"]) and channels == 9:
+        kind = "inpainting_v2" if v2 else "xl_inpaint" if has(KEYS["xl_base"]) else "inpainting"
+    elif v2:
+        kind = "v2"
+    elif has(KEYS["playground-v2-5"]):
+        kind = "playground-v2-5"
+    elif has(KEYS["xl_base"]):
+        kind = "xl_base"
+    elif has(KEYS["xl_refiner"]):
+        kind = "xl_refiner"
+    elif has(KEYS["upscale"]):
+        kind = "upscale"
+    elif has(KEYS["controlnet"]):
+        kind = "controlnet"
+    elif has(KEYS["inpainting"]) and channels == 8:
+        kind = "instruct-pix2pix"
+    else:
+        kind = "v1"
+    return Layout(kind, PIPELINES.get(kind), wrapper)
+
+
+def component(name: str, wrapper: str = "") -> str:
+    """The pipeline component a tensor of a single-file checkpoint belongs to (its prefix), the noise schedule's
+    buffers, or "other" (a trainer's state beside the pipeline too)."""
+    if not name.startswith(wrapper):
+        return OTHER
+    name = name[len(wrapper):]
+    for prefix, part in PREFIXES:
+        if name.startswith(prefix):
+            return part
+    return SCHEDULE_COMPONENT if name in SCHEDULE else OTHER
