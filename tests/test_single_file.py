@@ -144,3 +144,13 @@ def test_the_fixtures_say_what_wrote_them():
     assert EXPECTED["generated_by"] == "fixtures/make_single_file.py"
     assert set(EXPECTED) >= {"diffusers", "transformers", "torch"}
     assert all(os.path.exists(fixture(f"single_file/{name}")) for name in FILES)
+
+
+def test_the_report_shows_the_components(cli, tmp_path):
+    out = tmp_path / "r.md"
+    rc, _, _ = cli("report", fixture("single_file/sd15.ckpt"), "-o", str(out))
+    text = out.read_text()
+    assert rc == 0 and "Components (as diffusers' from\\_single\\_file splits the file)" in text
+    assert "Parameters by bucket" not in text
+    for component, n in EXPECTED["sd15.ckpt"]["components"].items():
+        assert f"| {component.replace('_', chr(92) + '_')}" in text and f"{n:,}" in text

@@ -7,8 +7,8 @@ noise schedule's buffers.
 
 `layout` says whether a checkpoint is one, and which model diffusers would load it as: its model type, by the rules of
 diffusers' `infer_diffusers_model_type` (diffusers/loaders/single_file_utils.py: the key names of CHECKPOINT_KEY_NAMES
-and the shapes it checks), for the UNet models it covers. `components` splits the tensors by prefix, as
-`from_single_file` hands them to each model (LDM_UNET_KEY, LDM_VAE_KEYS, the text encoders' prefixes).
+and the shapes it checks), for the UNet models it covers. `component` names the part a tensor belongs to by its prefix,
+as `from_single_file` hands them to each model (LDM_UNET_KEY, LDM_VAE_KEYS, the text encoders' prefixes).
 tests/test_single_file.py checks both against diffusers 0.42.1.
 """
 from __future__ import annotations

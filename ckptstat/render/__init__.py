@@ -5,6 +5,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .fmt import (  # noqa: F401  (re-exported)
+    COMPONENTS_TITLE,
     DEFAULT_SEQ_RULE,
     MODULE_LINES,
     arch_line,
@@ -16,6 +17,7 @@ from .fmt import (  # noqa: F401  (re-exported)
     one_image,
     seq_line,
     seq_source,
+    single_file_text,
     table,
 )
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
@@ -142,10 +144,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
 
 def _render_components(one: dict, total: int, console: Console) -> None:
     """A Stable Diffusion pipeline in one file, by component (analysis/summary.py single_file)."""
-    where = f" (diffusers reads it with {one['pipeline']}'s config)" if one.get("pipeline") else ""
-    console.print(Text("one file     ").append_text(safe(
-        f"a Stable Diffusion pipeline, diffusers' model type {one['model_type']!r}{where}")))
-    t = table("Components (as diffusers' from_single_file splits the file)", "component", "params", "share", "bytes",
+    console.print(Text("one file     ").append_text(safe(single_file_text(one))))
+    t = table(COMPONENTS_TITLE, "component", "params", "share", "bytes",
               "tensors", "buffers")
     for c in one["components"]:
         t.add_row(c["component"], f"{c['params']:,}", f"{100 * c['params'] / total:.2f}%" if total else "-",

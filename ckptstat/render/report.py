@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from . import training_line
-from .fmt import human_bytes, image_text, object_text, one_image, seq_source
+from .fmt import COMPONENTS_TITLE, human_bytes, image_text, object_text, one_image, seq_source, single_file_text
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -83,9 +83,8 @@ def _summary(r: dict) -> list[Block]:
                                    "any size: `ckptstat flops --images N --image-size S` counts it"))
     one = s.get("single_file")   # a Stable Diffusion pipeline in one file: by component, not by bucket
     if one:
-        items.insert(2, ("one file", f"a Stable Diffusion pipeline, diffusers' model type {one['model_type']!r}"
-                                     + (f" (read with {one['pipeline']}'s config)" if one.get("pipeline") else "")))
-    by = ([Block("h3", "Components (as diffusers' from_single_file splits the file)"),
+        items.insert(2, ("one file", single_file_text(one)))
+    by = ([Block("h3", COMPONENTS_TITLE),
            Block("table", header=["Component", "Parameters", "Bytes", "Tensors", "Buffers"], align="l",
                  rows=[[c["component"], _int(c["params"]), _int(c["bytes"]), str(c["tensors"]), str(c["buffers"])]
                        for c in one["components"]])] if one else

@@ -310,6 +310,7 @@ TRAINER_CLASSES: dict[str, str] = json.loads(
 CALLBACK_KEYS: frozenset[str] = frozenset(json.loads(
     (Path(__file__).parent.parent / "lightning_callbacks.json").read_text(encoding="utf-8"))["classes"])
 
+
 @dataclass(frozen=True)
 class Member:
     """An Enum member, pickled as `cls(value)`: its class's name and its value."""

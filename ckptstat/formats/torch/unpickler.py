@@ -373,8 +373,8 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True, lim
             obj = u.load()
             if isinstance(obj, (Named, DataGlobal)):   # the whole pickle a reference to code: nothing to read
                 raise Forbidden(obj.name)
-            for name, _ in u.members.values():   # a call no EnumNode holds: the call it is
-                raise Forbidden(name)
+            if u.members:   # a call no EnumNode holds: the call it is
+                raise Forbidden(next(iter(u.members.values()))[0])
             return obj, u
         except Refused as e:
             raise CorruptCheckpointError(path, f"{record}: {e}") from None
