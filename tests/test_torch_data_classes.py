@@ -476,6 +476,14 @@ def test_a_structured_configs_enum_fields_are_read_as_members(tmp_path, monkeypa
     assert sorted(_listed(note)) == sorted(unsafe)
 
 
+def test_enum_calls_count_against_the_build_budget(tmp_path):
+    """Seven bytes of pickle make a Member (and its entry until an EnumNode holds it): 300,000 of them, 2.1 MB, are
+    refused by the budget on what a pickle builds instead of held (~80 MB), as any other copy bomb."""
+    body = b"\x80\x02cmylab.configs\nAct\nq\x00]q\x01" + b"h\x00K\x01\x85Ra" * 300_000 + b"."
+    with pytest.raises(CorruptCheckpointError, match="build more than"):
+        open_checkpoint(_zip(tmp_path, body))
+
+
 @pytest.mark.parametrize("where", ["a dict's value", "a list item", "a Namespace's attribute"])
 def test_a_users_enum_outside_a_config_node_is_refused(tmp_path, monkeypatch, where):
     """The same call anywhere an EnumNode does not hold it is what it is, a call of the user's class: refused."""

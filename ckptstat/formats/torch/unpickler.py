@@ -45,6 +45,7 @@ BUILD_FLOOR = 16 << 20     # bytes the calls of any pickle may build, beyond lim
 # budget: a memoised tensor is named again for 2 bytes of pickle (BINGET), and real saves spend ~130 bytes a tensor.
 TENSOR_BYTES = 1024
 MEMO_ENTRY_BYTES = 100     # a memo entry: its int key and dict slot (also charged by scan's walk, pickle_walk.py)
+MEMBER_BYTES = 200         # an enum call read as a Member, and its entry in SafeUnpickler.members (6 bytes of pickle)
 
 _CONTAINER_OPS = {pickle.APPEND, pickle.APPENDS, pickle.SETITEM, pickle.SETITEMS, pickle.ADDITEMS,
                   pickle.LIST, pickle.TUPLE, pickle.DICT, pickle.FROZENSET}
@@ -186,6 +187,7 @@ class SafeUnpickler(pickle._Unpickler):
             member = Member(func.name.rpartition(".")[2], args[0])
             self.members[id(member)] = (func.name, member)
             self.stack[-1] = member
+            self.built += MEMBER_BYTES
         elif isinstance(func, Named):   # a class's __reduce__ of (cls, ()) (SimpleNamespace), or a call
             if not (self.objects and args == ()):
                 raise Forbidden(func.name, built=args == () or self.objects)
