@@ -154,3 +154,133 @@ def test_the_report_shows_the_components(cli, tmp_path):
     assert "Parameters by bucket" not in text
     for component, n in EXPECTED["sd15.ckpt"]["components"].items():
         assert f"| {component.replace('_', chr(92) + '_')}" in text and f"{n:,}" in text
+
+
+# ------------------------------------------------------------------------------------------------------- FLUX.1
+
+FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+                num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
+                axes_dims_rope=(16, 56, 56))   # black-forest-labs/FLUX.1-dev's transformer config
+
+
+def _flux_model(**change):
+    from diffusers import FluxTransformer2DModel
+
+    with torch.device("meta"):
+        return FluxTransformer2DModel(**{**FLUX_DEV, **change})
+
+
+def _bfl(state: dict) -> dict:
+    """Black Forest Labs' names for a diffusers FluxTransformer2DModel's state (shapes only, on the meta device):
+    what `convert_flux_transformer_checkpoint_to_diffusers` reads, checked by running it back."""
+    out: dict = {}
+    fused: dict = {}
+    simple = {"time_text_embed.timestep_embedder.linear_1": "time_in.in_layer",
+              "time_text_embed.timestep_embedder.linear_2": "time_in.out_layer",
+              "time_text_embed.text_embedder.linear_1": "vector_in.in_layer",
+              "time_text_embed.text_embedder.linear_2": "vector_in.out_layer",
+              "time_text_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+              "time_text_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+              "context_embedder": "txt_in", "x_embedder": "img_in", "proj_out": "final_layer.linear",
+              "norm_out.linear": "final_layer.adaLN_modulation.1"}
+    double = {"norm1.linear": "img_mod.lin", "norm1_context.linear": "txt_mod.lin", "ff.net.0.proj": "img_mlp.0",
+              "ff.net.2": "img_mlp.2", "ff_context.net.0.proj": "txt_mlp.0", "ff_context.net.2": "txt_mlp.2",
+              "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj"}
+    double_norms = {"attn.norm_q.weight": "img_attn.norm.query_norm.scale",
+                    "attn.norm_k.weight": "img_attn.norm.key_norm.scale",
+                    "attn.norm_added_q.weight": "txt_attn.norm.query_norm.scale",
+                    "attn.norm_added_k.weight": "txt_attn.norm.key_norm.scale"}
+    single_norms = {"attn.norm_q.weight": "norm.query_norm.scale", "attn.norm_k.weight": "norm.key_norm.scale"}
+    for name, t in state.items():
+        module, _, leaf = name.rpartition(".")
+        if module in simple:
+            out[f"{simple[module]}.{leaf}"] = t
+            continue
+        block, i, rest = name.split(".", 2)
+        sub, _, leaf = rest.rpartition(".")
+        if block == "transformer_blocks":
+            where = f"double_blocks.{i}."
+            if rest in double_norms:
+                out[where + double_norms[rest]] = t
+            elif sub in double:
+                out[f"{where}{double[sub]}.{leaf}"] = t
+            else:   # q, k, v of the image and of the text stream, each fused as qkv
+                stream = "txt_attn" if "add_" in sub else "img_attn"
+                fused.setdefault(f"{where}{stream}.qkv.{leaf}", []).append(t)
+        else:
+            where = f"single_blocks.{i}."
+            if rest in single_norms:
+                out[where + single_norms[rest]] = t
+            elif sub == "norm.linear":
+                out[f"{where}modulation.lin.{leaf}"] = t
+            elif sub == "proj_out":
+                out[f"{where}linear2.{leaf}"] = t
+            else:   # q, k, v and the MLP's input fused as linear1
+                fused.setdefault(f"{where}linear1.{leaf}", []).append(t)
+    out.update({k: torch.cat(v) for k, v in fused.items()})
+    return out
+
+
+def _sparse_safetensors(path, state: dict, prefix: str = "") -> None:
+    """A safetensors file of these names and shapes (bf16) whose data region is a hole: a 24 GB model in a header."""
+    import struct
+
+    header, offset = {}, 0
+    for name, t in state.items():
+        n = 2 * t.numel()
+        header[prefix + name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
+@pytest.mark.parametrize("kind, change", [("flux-dev", {}), ("flux-schnell", {"guidance_embeds": False}),
+                                          ("flux-fill", {"in_channels": 384, "out_channels": 64}),
+                                          ("flux-depth", {"in_channels": 128, "out_channels": 64})])
+def test_a_flux_transformer(tmp_path, kind, change):
+    """FLUX.1's transformer at its real size (a sparse file), in Black Forest Labs' names: diffusers converts them
+    back to its model's names and shapes, calls the file `kind`, and its model holds as many parameters as ckptstat
+    counts."""
+    model = _flux_model(**change)
+    state = model.state_dict()
+    bfl = _bfl(state)
+    back = single_file_utils.convert_flux_transformer_checkpoint_to_diffusers(dict(bfl))
+    assert {k: tuple(v.shape) for k, v in back.items()} == {k: tuple(v.shape) for k, v in state.items()}
+    assert single_file_utils.infer_diffusers_model_type(bfl) == kind
+    path = tmp_path / "flux1.safetensors"
+    _sparse_safetensors(path, bfl)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["architecture"]["family"] == "flux" and r["single_file"]["model_type"] == kind
+    assert r["single_file"]["pipeline"] == single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS[kind][
+        "pretrained_model_name_or_path"]
+    (row,) = r["single_file"]["components"]
+    assert row["component"] == "transformer" and row["params"] == r["parameters"]["unique"] == sum(
+        p.numel() for p in model.parameters())
+
+
+def test_a_flux_all_in_one_file(tmp_path):
+    """ComfyUI's all-in-one FLUX.1 file: the transformer under model.diffusion_model., beside the VAE and the two text
+    encoders: each counted apart, the transformer as diffusers' model holds it."""
+    model = _flux_model(num_layers=1, num_single_layers=1)
+    bfl = {"model.diffusion_model." + k: v for k, v in _bfl(model.state_dict()).items()}
+    beside = {"vae.decoder.conv_in.weight": torch.empty((512, 16, 3, 3), device="meta"),
+              "text_encoders.clip_l.transformer.text_model.embeddings.token_embedding.weight":
+                  torch.empty((49408, 768), device="meta"),
+              "text_encoders.t5xxl.transformer.shared.weight": torch.empty((32128, 4096), device="meta")}
+    state = {**bfl, **beside}
+    assert single_file_utils.infer_diffusers_model_type(state) == "flux-dev"
+    path = tmp_path / "flux1-dev-fp8.safetensors"
+    _sparse_safetensors(path, state)
+    one = summarize(open_checkpoint(str(path)))["single_file"]
+    assert one["model_type"] == "flux-dev" and one["what"] == "a FLUX.1 pipeline"
+    got = {c["component"]: c["params"] for c in one["components"]}
+    assert got == {"transformer": sum(p.numel() for p in model.parameters()), "vae": 512 * 16 * 9,
+                   "text_encoder": 49408 * 768, "text_encoder_2": 32128 * 4096}
+
+
+def test_flux2_and_chroma_are_not_claimed():
+    names = {"double_blocks.0.img_attn.norm.key_norm.scale": 1, "single_stream_modulation.lin.weight": 1}
+    assert layout(names, lambda n: (128,)) is None

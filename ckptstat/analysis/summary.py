@@ -8,7 +8,7 @@ from typing import Any
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.counts import diffusion_layout
-from ..census.diffusion import PREFIXES, SCHEDULE_COMPONENT, component
+from ..census.diffusion import OTHER, SCHEDULE_COMPONENT, component
 from ..census.model import Model, from_checkpoint
 from ..census.quant import bits_per_weight, logical
 from ..census.tally import optimizer_state, tally
@@ -82,7 +82,7 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
         "model_weights": bool(total),
         "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
-        "single_file": single_file(ckpt),   # a Stable Diffusion pipeline in one file: its components, else None
+        "single_file": single_file(ckpt),   # a diffusion pipeline in one file: its components, else None
         "ties": verdict(ckpt),
         "analytic": None if held and not total else summary_fields(ckpt, seq),
         "modules": module_tree(c.tree),
@@ -90,32 +90,33 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
 
 
 SINGLE_FILE_COUNTING = ("per component: the unique parameters under its prefix, the tensors diffusers' from_single_file "
-                        "loads each model from (model.diffusion_model. the UNet, first_stage_model. the VAE, "
-                        "cond_stage_model. / conditioner.embedders.N. the text encoders); the UNet's EMA copy "
-                        "(model_ema.) and the noise schedule are buffers, counted apart")
+                        "loads each model from (model.diffusion_model. the UNet or transformer, first_stage_model. / "
+                        "vae. the VAE, cond_stage_model. / conditioner.embedders.N. / text_encoders.* the text "
+                        "encoders; a bare FLUX.1 file is its transformer); the UNet's EMA copy (model_ema.) and the "
+                        "noise schedule are buffers, counted apart")
 
 
 def single_file(ckpt: Checkpoint) -> dict | None:
-    """A Stable Diffusion pipeline saved as one file (census/diffusion.py): which model diffusers reads it as, and
+    """A diffusion pipeline saved as one file (census/diffusion.py): which model diffusers reads it as, and
     its tensors by component; None for any other checkpoint."""
     one = diffusion_layout(ckpt)
     if one is None:
         return None
     place, alias_of = placements(ckpt), aliases(ckpt)
-    order = [*dict.fromkeys(part for _, part in PREFIXES), SCHEDULE_COMPONENT, "other"]
+    order = [*dict.fromkeys([*(part for _, part in one.parts), one.rest, SCHEDULE_COMPONENT, OTHER])]
     rows: dict[str, dict[str, Any]] = {part: {"component": part, "params": 0, "bytes": 0, "tensors": 0, "buffers": 0}
                                        for part in order}
     for name, t in ckpt.tensors.items():
         if name in alias_of:
             continue
-        r = rows[component(name, one.wrapper)]
+        r = rows[component(name, one)]
         r["tensors"] += 1
         r["bytes"] += t.nbytes
         if place[name].role == "parameter":
             r["params"] += t.numel
         else:
             r["buffers"] += 1
-    return {"model_type": one.model_type, "pipeline": one.pipeline, "counting": SINGLE_FILE_COUNTING,
+    return {"what": one.what, "model_type": one.model_type, "pipeline": one.pipeline, "counting": SINGLE_FILE_COUNTING,
             "components": [r for r in rows.values() if r["tensors"]]}
 
 

@@ -80,7 +80,7 @@ def _architecture(ckpt: Checkpoint) -> dict:
     meta = ckpt.metadata if ckpt.declared_architecture else None
     one_file = diffusion_layout(ckpt)
     if one_file is not None:
-        return {"family": DIFFUSION, "source": "tensor names", "model_type": one_file.model_type, "architectures": []}
+        return {"family": one_file.family, "source": "tensor names", "model_type": one_file.model_type, "architectures": []}
     if not ckpt.config and not (meta or {}).get("general.architecture"):   # by the tensor names alone
         return {"family": name_family(logical(ckpt)), "source": "tensor names", "model_type": None, "architectures": []}
     from ..families import detect  # the registry loads when a command asks about the architecture
@@ -90,11 +90,8 @@ def _architecture(ckpt: Checkpoint) -> dict:
     return {"family": a.family, "source": source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 
-DIFFUSION = "stable_diffusion"   # the family a one-file Stable Diffusion checkpoint is shown as
-
-
 def diffusion_layout(ckpt: Checkpoint) -> Layout | None:
-    """A Stable Diffusion pipeline saved as one file (census/diffusion.py), without a config.json; else None."""
+    """A diffusion pipeline saved as one file (census/diffusion.py), without a config.json; else None."""
     def find(c: Checkpoint) -> Layout | None:
         if c.config or c.declared_architecture or c.adapter is not None:
             return None

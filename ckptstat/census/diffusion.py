@@ -1,13 +1,17 @@
-"""A Stable Diffusion model saved as one file in its original layout: CompVis' LDM (1.x, 2.x) or Stability's SGM (XL),
-as AUTOMATIC1111, ComfyUI and model sites distribute it, and as diffusers' `from_single_file` reads it (docs/adapters.md,
-"Single-file diffusion checkpoints"). Its tensors are the pipeline's models side by side under fixed prefixes: the
-UNet under `model.diffusion_model.`, the VAE under `first_stage_model.`, the text encoders under `cond_stage_model.` or
-`conditioner.embedders.N.`, and, in a trainer's save, the UNet's EMA copy (`model_ema.`: LitEma's buffers) and the
-noise schedule's buffers.
+"""A diffusion model saved as one file in its original layout, as AUTOMATIC1111, ComfyUI and model sites distribute it,
+and as diffusers' `from_single_file` reads it (docs/adapters.md, "Single-file diffusion checkpoints"):
+
+- Stable Diffusion 1.x, 2.x (CompVis' LDM) and XL (Stability's SGM): the pipeline's models side by side under fixed
+  prefixes, the UNet under `model.diffusion_model.`, the VAE under `first_stage_model.`, the text encoders under
+  `cond_stage_model.` or `conditioner.embedders.N.`, and, in a trainer's save, the UNet's EMA copy (`model_ema.`:
+  LitEma's buffers) and the noise schedule's buffers;
+- FLUX.1 (Black Forest Labs' layout): the transformer alone (`double_blocks.`, `single_blocks.`...), or, in ComfyUI's
+  all-in-one files, under `model.diffusion_model.` beside the VAE (`vae.`) and the text encoders
+  (`text_encoders.clip_l.`, `text_encoders.t5xxl.`).
 
 `layout` says whether a checkpoint is one, and which model diffusers would load it as: its model type, by the rules of
 diffusers' `infer_diffusers_model_type` (diffusers/loaders/single_file_utils.py: the key names of CHECKPOINT_KEY_NAMES
-and the shapes it checks), for the UNet models it covers. `component` names the part a tensor belongs to by its prefix,
+and the shapes it checks), for the UNet models and FLUX.1. `component` names the part a tensor belongs to by its prefix,
 as `from_single_file` hands them to each model (LDM_UNET_KEY, LDM_VAE_KEYS, the text encoders' prefixes).
 tests/test_single_file.py checks both against diffusers 0.42.1.
 """
@@ -27,7 +31,14 @@ KEYS = {
     "playground-v2-5": "edm_mean",
     "inpainting": UNET + "input_blocks.0.0.weight",   # its input channels: 9 inpainting, 8 instruct-pix2pix
     "controlnet": "control_model.time_embed.0.weight",
+    "flux": "double_blocks.0.img_attn.norm.key_norm.scale",
+    "flux-guidance": "guidance_in.in_layer.bias",   # flux-dev, -fill, -depth: guidance-distilled
+    "flux-img-in": "img_in.weight",                   # its input width: 384 fill, 128 depth
 }
+# Keys of diffusers' models tried before FLUX.1 whose files also hold `double_blocks` (FLUX.2, FLUX.3, Chroma): a file
+# with one of them is not claimed
+NOT_FLUX1 = ("single_stream_modulation.lin.weight", "early_stream_modulations.image.lin.weight",
+             "distilled_guidance_layer.in_proj.bias")
 # The pipeline diffusers fetches the config of, for each model type (DIFFUSERS_DEFAULT_PIPELINE_PATHS)
 PIPELINES = {
     "v1": "stable-diffusion-v1-5/stable-diffusion-v1-5", "v2": "stabilityai/stable-diffusion-2-1",
@@ -37,9 +48,11 @@ PIPELINES = {
     "xl_inpaint": "diffusers/stable-diffusion-xl-1.0-inpainting-0.1",
     "playground-v2-5": "playgroundai/playground-v2.5-1024px-aesthetic", "upscale": "stabilityai/stable-diffusion-x4-upscaler",
     "instruct-pix2pix": "timbrooks/instruct-pix2pix",
+    "flux-dev": "black-forest-labs/FLUX.1-dev", "flux-fill": "black-forest-labs/FLUX.1-Fill-dev",
+    "flux-depth": "black-forest-labs/FLUX.1-Depth-dev", "flux-schnell": "black-forest-labs/FLUX.1-schnell",
 }
 # Prefix -> the pipeline component from_single_file loads from it (first match wins)
-PREFIXES = (
+UNET_PARTS = (
     (UNET, "unet"),
     ("first_stage_model.", "vae"), ("vae.", "vae"),                         # LDM_VAE_KEYS
     ("cond_stage_model.transformer.", "text_encoder"),                      # 1.x: CLIP ViT-L
@@ -48,6 +61,10 @@ PREFIXES = (
     ("conditioner.embedders.1.model.", "text_encoder_2"),                   # XL: OpenCLIP ViT-bigG
     ("conditioner.embedders.0.model.", "text_encoder_2"),                   # XL refiner: OpenCLIP ViT-bigG alone
     ("model_ema.", "unet EMA copy"),                                        # ldm/modules/ema.py LitEma (buffers)
+)
+FLUX_PARTS = (
+    (UNET, "transformer"), ("vae.", "vae"), ("first_stage_model.", "vae"),
+    ("text_encoders.clip_l.", "text_encoder"), ("text_encoders.t5xxl.", "text_encoder_2"),   # FluxPipeline's names
 )
 # ldm/models/diffusion/ddpm.py: register_schedule's buffers (naming.py gives them the buffer role), LatentDiffusion's
 # scale_factor, and the learned `logvar` (a parameter, with learn_logvar)
@@ -63,9 +80,13 @@ WRAPPERS = ("", "state_dict.")   # the pipeline's names at the top, or under Lig
 
 
 class Layout(NamedTuple):
+    family: str            # stable_diffusion, flux
+    what: str              # what the file holds, in words
     model_type: str        # diffusers' infer_diffusers_model_type
     pipeline: str | None   # the Hub pipeline whose config diffusers reads for it
     wrapper: str           # what the pipeline's names sit under in the file ("" or "state_dict.")
+    parts: tuple[tuple[str, str], ...]   # prefix -> component, first match wins
+    rest: str              # the component of a name no prefix matches (a bare FLUX.1 file's: its transformer)
 
 
 def _width(shape: Callable[[str], tuple[int, ...] | None], key: str, axis: int) -> int | None:
@@ -75,11 +96,11 @@ def _width(shape: Callable[[str], tuple[int, ...] | None], key: str, axis: int) 
 
 def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
     """The single-file layout of a checkpoint with these tensor names (None: not one): a UNet under
-    `model.diffusion_model.input_blocks.` and a VAE or a text encoder beside it. Its model type follows
-    infer_diffusers_model_type's branches, in its order, for the UNet models."""
+    `model.diffusion_model.input_blocks.` and a VAE or a text encoder beside it, or a FLUX.1 transformer. Its model
+    type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
     if wrapper is None:
-        return None
+        return _flux(names, shape)
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):
         return None   # a bare UNet: no pipeline's layout (diffusers reads it as a model, not a pipeline)
@@ -110,16 +131,31 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
         kind = "instruct-pix2pix"
     else:
         kind = "v1"
-    return Layout(kind, PIPELINES.get(kind), wrapper)
+    return Layout("stable_diffusion", "a Stable Diffusion pipeline", kind, PIPELINES.get(kind), wrapper, UNET_PARTS,
+                  OTHER)
 
 
-def component(name: str, wrapper: str = "") -> str:
+def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """FLUX.1's transformer, bare or under `model.diffusion_model.` beside its VAE and text encoders (ComfyUI)."""
+    inner = next((p for p in ("", UNET) if p + KEYS["flux"] in names), None)
+    if inner is None or any(p + k in names for p in ("", UNET) for k in NOT_FLUX1):
+        return None
+    if inner + KEYS["flux-guidance"] in names:
+        width = _width(shape, inner + KEYS["flux-img-in"], 1)
+        kind = "flux-fill" if width == 384 else "flux-depth" if width == 128 else "flux-dev"
+    else:
+        kind = "flux-schnell"
+    what = "a FLUX.1 transformer" if inner == "" else "a FLUX.1 pipeline"
+    return Layout("flux", what, kind, PIPELINES.get(kind), "", FLUX_PARTS, "transformer" if inner == "" else OTHER)
+
+
+def component(name: str, one: Layout) -> str:
     """The pipeline component a tensor of a single-file checkpoint belongs to (its prefix), the noise schedule's
-    buffers, or "other" (a trainer's state beside the pipeline too)."""
-    if not name.startswith(wrapper):
+    buffers, or the layout's rest ("other": a trainer's state beside the pipeline too)."""
+    if not name.startswith(one.wrapper):
         return OTHER
-    name = name[len(wrapper):]
-    for prefix, part in PREFIXES:
+    name = name[len(one.wrapper):]
+    for prefix, part in one.parts:
         if name.startswith(prefix):
             return part
-    return SCHEDULE_COMPONENT if name in SCHEDULE else OTHER
+    return SCHEDULE_COMPONENT if name in SCHEDULE else one.rest

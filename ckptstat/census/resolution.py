@@ -92,8 +92,8 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
     one_file = diffusion_layout(ckpt)
     if one_file is not None:
         return Resolution(None, one_file.model_type, None, None, "tensor names",
-                          f"{ckpt.path}: a Stable Diffusion pipeline in one file ({one_file.model_type}): no analytic model "
-                          "of its UNet, VAE or text encoders; `ckptstat summary` counts each component")
+                          f"{ckpt.path}: {one_file.what} in one file ({one_file.model_type}): no analytic model of "
+                          "its UNet or transformer, VAE or text encoders; `ckptstat summary` counts each component")
     name = name_family(ckpt)
     if name == "unknown":
         return Resolution(None, None, None, None, "the tensor names match no family")

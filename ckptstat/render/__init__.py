@@ -143,7 +143,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
 
 
 def _render_components(one: dict, total: int, console: Console) -> None:
-    """A Stable Diffusion pipeline in one file, by component (analysis/summary.py single_file)."""
+    """A diffusion pipeline in one file, by component (analysis/summary.py single_file)."""
     console.print(Text("one file     ").append_text(safe(single_file_text(one))))
     t = table(COMPONENTS_TITLE, "component", "params", "share", "bytes",
               "tensors", "buffers")
@@ -174,7 +174,7 @@ def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
 
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
-    if r.get("single_file"):   # a Stable Diffusion pipeline in one file: its components, not the transformer buckets
+    if r.get("single_file"):   # a diffusion pipeline in one file: its components, not the transformer buckets
         _render_components(r["single_file"], p["unique"], console)
         render_quantization(r, console)
         _render_dtypes(r, console)

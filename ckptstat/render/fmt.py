@@ -75,9 +75,9 @@ def input_line(r: dict, seq: int | list[int], flag: str | None, frames: bool = F
 
 
 def single_file_text(one: dict) -> str:
-    """What a Stable Diffusion pipeline saved as one file is (summary/1's `single_file`), for the text and the reports."""
+    """What a diffusion pipeline saved as one file is (summary/1's `single_file`), for the text and the reports."""
     where = f" (diffusers reads it with {one['pipeline']}'s config)" if one.get("pipeline") else ""
-    return f"a Stable Diffusion pipeline, diffusers' model type {one['model_type']!r}{where}"
+    return f"{one['what']}, diffusers' model type {one['model_type']!r}{where}"
 
 
 COMPONENTS_TITLE = "Components (as diffusers' from_single_file splits the file)"

@@ -81,7 +81,7 @@ def _summary(r: dict) -> list[Block]:
         if im := an.get("image"):   # a vision-language wrapper whose image path is modelled (families/images/)
             items.append(("image", one_image(im, f"{im['flops']:,}") if im["side"] else
                                    "any size: `ckptstat flops --images N --image-size S` counts it"))
-    one = s.get("single_file")   # a Stable Diffusion pipeline in one file: by component, not by bucket
+    one = s.get("single_file")   # a diffusion pipeline in one file: by component, not by bucket
     if one:
         items.insert(2, ("one file", single_file_text(one)))
     by = ([Block("h3", COMPONENTS_TITLE),
