@@ -284,3 +284,32 @@ def test_a_flux_all_in_one_file(tmp_path):
 def test_flux2_and_chroma_are_not_claimed():
     names = {"double_blocks.0.img_attn.norm.key_norm.scale": 1, "single_stream_modulation.lin.weight": 1}
     assert layout(names, lambda n: (128,)) is None
+
+
+@pytest.mark.parametrize("prefix, blocks", [("cond_stage_model.model.", 24), ("conditioner.embedders.1.model.", 32)])
+def test_openclip_tensors_diffusers_leaves_out(prefix, blocks):
+    """An OpenCLIP text encoder as 2.x (ViT-H, 24 blocks) and XL (bigG, 32) files hold it, with `logit_scale`:
+    diffusers' convert_open_clip_checkpoint loads part of it (2.x: not the last block nor text_projection). What
+    ckptstat counts as the text encoder is what that converter returns, element for element."""
+    from ckptstat.census.diffusion import NOT_LOADED, component
+
+    width = 16
+    enc: dict = {"positional_embedding": (77, width), "token_embedding.weight": (1000, width),
+                 "ln_final.weight": (width,), "ln_final.bias": (width,), "text_projection": (width, width),
+                 "logit_scale": ()}
+    for i in range(blocks):
+        b = f"transformer.resblocks.{i}."
+        enc.update({b + "attn.in_proj_weight": (3 * width, width), b + "attn.in_proj_bias": (3 * width,),
+                    b + "attn.out_proj.weight": (width, width), b + "attn.out_proj.bias": (width,),
+                    b + "ln_1.weight": (width,), b + "ln_1.bias": (width,), b + "ln_2.weight": (width,),
+                    b + "ln_2.bias": (width,), b + "mlp.c_fc.weight": (4 * width, width), b + "mlp.c_fc.bias": (4 * width,),
+                    b + "mlp.c_proj.weight": (width, 4 * width), b + "mlp.c_proj.bias": (width,)})
+    d = {**_meta(fixture("single_file/sd15.safetensors")), **{prefix + k: torch.empty(s, device="meta")
+                                                              for k, s in enc.items()}}
+    loaded = single_file_utils.convert_open_clip_checkpoint(None, d, prefix=prefix)
+    one = layout(d, lambda n: tuple(d[n].shape))
+    assert one is not None
+    parts = {n: component(n, one) for n in d if n.startswith(prefix)}
+    mine = sum(d[n].numel() for n, p in parts.items() if p.startswith("text_encoder"))
+    assert mine == sum(v.numel() for v in loaded.values())
+    assert parts[prefix + "logit_scale"] == NOT_LOADED

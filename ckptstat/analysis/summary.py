@@ -8,7 +8,7 @@ from typing import Any
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.counts import diffusion_layout
-from ..census.diffusion import OTHER, SCHEDULE_COMPONENT, component
+from ..census.diffusion import NOT_LOADED, OTHER, SCHEDULE_COMPONENT, component
 from ..census.model import Model, from_checkpoint
 from ..census.quant import bits_per_weight, logical
 from ..census.tally import optimizer_state, tally
@@ -103,7 +103,7 @@ def single_file(ckpt: Checkpoint) -> dict | None:
     if one is None:
         return None
     place, alias_of = placements(ckpt), aliases(ckpt)
-    order = [*dict.fromkeys([*(part for _, part in one.parts), one.rest, SCHEDULE_COMPONENT, OTHER])]
+    order = [*dict.fromkeys([*(part for _, part in one.parts), one.rest, NOT_LOADED, SCHEDULE_COMPONENT, OTHER])]
     rows: dict[str, dict[str, Any]] = {part: {"component": part, "params": 0, "bytes": 0, "tensors": 0, "buffers": 0}
                                        for part in order}
     for name, t in ckpt.tensors.items():

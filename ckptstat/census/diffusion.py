@@ -62,6 +62,14 @@ UNET_PARTS = (
     ("conditioner.embedders.0.model.", "text_encoder_2"),                   # XL refiner: OpenCLIP ViT-bigG alone
     ("model_ema.", "unet EMA copy"),                                        # ldm/modules/ema.py LitEma (buffers)
 )
+# OpenCLIP text encoders (2.x's ViT-H, XL's bigG): diffusers loads `transformer.*` and the names its
+# DIFFUSERS_TO_LDM_MAPPING["openclip"]["layers"] maps, but for 2.x not the last block nor text_projection
+# (SD_2_TEXT_ENCODER_KEYS_TO_IGNORE: 2.x reads the penultimate layer); the rest (`logit_scale`) it leaves in the file
+OPENCLIP = ("cond_stage_model.model.", "conditioner.embedders.1.model.", "conditioner.embedders.0.model.")
+OPENCLIP_LOADED = frozenset(("positional_embedding", "token_embedding.weight", "ln_final.weight", "ln_final.bias",
+                             "text_projection"))
+SD2_IGNORED = ("transformer.resblocks.23.", "text_projection")
+NOT_LOADED = "not loaded by diffusers"
 FLUX_PARTS = (
     (UNET, "transformer"), ("vae.", "vae"), ("first_stage_model.", "vae"),
     ("text_encoders.clip_l.", "text_encoder"), ("text_encoders.t5xxl.", "text_encoder_2"),   # FluxPipeline's names
@@ -157,5 +165,11 @@ def component(name: str, one: Layout) -> str:
     name = name[len(one.wrapper):]
     for prefix, part in one.parts:
         if name.startswith(prefix):
-            return part
+            return _openclip(prefix, name[len(prefix):], part) if prefix in OPENCLIP else part
     return SCHEDULE_COMPONENT if name in SCHEDULE else one.rest
+
+
+def _openclip(prefix: str, rest: str, part: str) -> str:
+    if prefix == OPENCLIP[0] and rest.startswith(SD2_IGNORED):
+        return NOT_LOADED
+    return part if rest.startswith("transformer.") or rest in OPENCLIP_LOADED else NOT_LOADED
