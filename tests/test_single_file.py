@@ -313,3 +313,35 @@ def test_openclip_tensors_diffusers_leaves_out(prefix, blocks):
     mine = sum(d[n].numel() for n, p in parts.items() if p.startswith("text_encoder"))
     assert mine == sum(v.numel() for v in loaded.values())
     assert parts[prefix + "logit_scale"] == NOT_LOADED
+
+
+def test_a_quantised_flux_gguf(tmp_path):
+    """ComfyUI-GGUF's FLUX.1 (general.architecture "flux", Black Forest Labs' names, Q8_0 weights): the transformer's
+    parameters are what the gguf library's reader counts, and the model type diffusers' on the same names and shapes."""
+    import gguf
+    import numpy as np
+
+    model = _flux_model(num_layers=1, num_single_layers=1, attention_head_dim=32, num_attention_heads=2,
+                        joint_attention_dim=64, pooled_projection_dim=32, axes_dims_rope=(8, 12, 12))
+    bfl = _bfl(model.state_dict())
+    path = str(tmp_path / "flux1-dev-Q8_0.gguf")
+    w = gguf.GGUFWriter(path, "flux")
+    for name, t in bfl.items():
+        data = np.zeros(tuple(t.shape), dtype=np.float32)
+        if data.ndim == 2 and data.shape[-1] % 32 == 0:   # (llama.cpp quantises matrices; vectors stay F32)
+            w.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    reader = gguf.GGUFReader(path)
+    assert any(t.tensor_type == gguf.GGMLQuantizationType.Q8_0 for t in reader.tensors)
+    r = summarize(open_checkpoint(path))
+    assert r["architecture"]["family"] == "flux"
+    assert r["single_file"]["model_type"] == single_file_utils.infer_diffusers_model_type(bfl) == "flux-dev"
+    (row,) = r["single_file"]["components"]
+    assert row["params"] == r["parameters"]["unique"] == sum(int(t.n_elements) for t in reader.tensors) == sum(
+        p.numel() for p in model.parameters())

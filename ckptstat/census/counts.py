@@ -91,9 +91,10 @@ def _architecture(ckpt: Checkpoint) -> dict:
 
 
 def diffusion_layout(ckpt: Checkpoint) -> Layout | None:
-    """A diffusion pipeline saved as one file (census/diffusion.py), without a config.json; else None."""
+    """A diffusion pipeline saved as one file (census/diffusion.py), without a config.json; else None. A GGUF file too:
+    ComfyUI-GGUF's quantised FLUX.1 keeps Black Forest Labs' names (its general.architecture "flux")."""
     def find(c: Checkpoint) -> Layout | None:
-        if c.config or c.declared_architecture or c.adapter is not None:
+        if c.config or c.adapter is not None:
             return None
         return layout(c.tensors, lambda n: tuple(c.tensors[n].shape) if n in c.tensors else None)
     return ckpt.derived("diffusion_layout", find)
