@@ -76,9 +76,11 @@ ROLE_RULES = _rules([
     (r"^(callbacks|loops|lr_schedulers)\.", "metric"),
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
     # Stable Diffusion's one-file saves (census/diffusion.py): the UNet's EMA copy, LitEma's buffers named without
-    # dots (`model_ema.diffusion_modelinput_blocks00weight`, `model_ema.decay`), and DDPM.register_schedule's buffers;
+    # dots (`model_ema.diffusion_modelinput_blocks00weight`, `model_ema.decay`), SGM's denoiser and LDM's
+    # DDPM.register_schedule's buffers;
     # under `state_dict.` in the trainer's own .ckpt (Lightning)
     (r"^(state_dict\.)?model_ema\.\w+$", "buffer"),
+    (r"^(state_dict\.)?denoiser\.sigmas$", "buffer"),   # SGM (XL): sgm/modules/diffusionmodules/denoiser.py
     (r"^(state_dict\.)?(betas|alphas_cumprod|alphas_cumprod_prev|sqrt_alphas_cumprod|sqrt_one_minus_alphas_cumprod|"
      r"log_one_minus_alphas_cumprod|sqrt_recip_alphas_cumprod|sqrt_recipm\d_alphas_cumprod|posterior_variance|"
      r"posterior_log_variance_clipped|posterior_mean_coef\d|scale_factor)$", "buffer"),   # (\d: rules see numbers as k)

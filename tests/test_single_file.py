@@ -345,3 +345,18 @@ def test_a_quantised_flux_gguf(tmp_path):
     (row,) = r["single_file"]["components"]
     assert row["params"] == r["parameters"]["unique"] == sum(int(t.n_elements) for t in reader.tensors) == sum(
         p.numel() for p in model.parameters())
+
+
+def test_sgm_denoiser_sigmas_are_a_buffer(tmp_path):
+    """XL files written from SGM's DiffusionEngine hold its DiscreteDenoiser's `sigmas` (register_buffer in
+    sgm/modules/diffusionmodules/denoiser.py): the noise schedule, not a parameter of any model diffusers loads."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(fixture("single_file/sdxl.safetensors"))
+    state["denoiser.sigmas"] = torch.linspace(0.03, 14.6, 1000)
+    path = str(tmp_path / "sdxl-sgm.safetensors")
+    save_file(state, path)
+    r = summarize(open_checkpoint(path))
+    assert r["parameters"]["unique"] == sum(EXPECTED["sdxl.safetensors"]["components"].values())
+    rows = {c["component"]: c for c in r["single_file"]["components"]}
+    assert rows["noise schedule"]["buffers"] == 1 and rows["noise schedule"]["params"] == 0

@@ -75,8 +75,8 @@ FLUX_PARTS = (
     ("text_encoders.clip_l.", "text_encoder"), ("text_encoders.t5xxl.", "text_encoder_2"),   # FluxPipeline's names
 )
 # ldm/models/diffusion/ddpm.py: register_schedule's buffers (naming.py gives them the buffer role), LatentDiffusion's
-# scale_factor, and the learned `logvar` (a parameter, with learn_logvar)
-SCHEDULE = frozenset((
+# scale_factor, and the learned `logvar` (a parameter, with learn_logvar); SGM's (XL) DiscreteDenoiser buffer `sigmas`
+SCHEDULE = frozenset(("denoiser.sigmas",
     "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
     "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod", "posterior_variance",
     "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2", "scale_factor", "logvar"))
