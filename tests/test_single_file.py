@@ -360,3 +360,102 @@ def test_sgm_denoiser_sigmas_are_a_buffer(tmp_path):
     assert r["parameters"]["unique"] == sum(EXPECTED["sdxl.safetensors"]["components"].values())
     rows = {c["component"]: c for c in r["single_file"]["components"]}
     assert rows["noise schedule"]["buffers"] == 1 and rows["noise schedule"]["params"] == 0
+
+
+# ------------------------------------------------------------------------------------------------ SD 3 / 3.5
+
+SD3_MEDIUM = dict(sample_size=128, patch_size=2, in_channels=16, num_layers=24, attention_head_dim=64,
+                  num_attention_heads=24, joint_attention_dim=4096, caption_projection_dim=1536,
+                  pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=192)   # stabilityai's 3-medium config
+SD3_KINDS = {
+    "sd3": {},
+    "sd35_medium": dict(pos_embed_max_size=384, qk_norm="rms_norm", dual_attention_layers=tuple(range(13))),
+    "sd35_large": dict(num_layers=38, num_attention_heads=38, caption_projection_dim=2432, qk_norm="rms_norm"),
+}
+
+
+def _sd3_model(**change):
+    from diffusers import SD3Transformer2DModel
+
+    with torch.device("meta"):
+        return SD3Transformer2DModel(**{**SD3_MEDIUM, **change})
+
+
+def _sai(state: dict) -> dict:
+    """Stability's MMDiT names for a diffusers SD3Transformer2DModel's state (shapes only): what
+    `convert_sd3_transformer_checkpoint_to_diffusers` reads, checked by running it back."""
+    simple = {"pos_embed.proj": "x_embedder.proj", "time_text_embed.timestep_embedder.linear_1": "t_embedder.mlp.0",
+              "time_text_embed.timestep_embedder.linear_2": "t_embedder.mlp.2", "context_embedder": "context_embedder",
+              "time_text_embed.text_embedder.linear_1": "y_embedder.mlp.0",
+              "time_text_embed.text_embedder.linear_2": "y_embedder.mlp.2", "proj_out": "final_layer.linear",
+              "norm_out.linear": "final_layer.adaLN_modulation.1"}
+    block = {"attn.to_out.0": "x_block.attn.proj", "attn.to_add_out": "context_block.attn.proj",
+             "attn2.to_out.0": "x_block.attn2.proj", "norm1.linear": "x_block.adaLN_modulation.1",
+             "norm1_context.linear": "context_block.adaLN_modulation.1", "ff.net.0.proj": "x_block.mlp.fc1",
+             "ff.net.2": "x_block.mlp.fc2", "ff_context.net.0.proj": "context_block.mlp.fc1",
+             "ff_context.net.2": "context_block.mlp.fc2", "attn.norm_q": "x_block.attn.ln_q",
+             "attn.norm_k": "x_block.attn.ln_k", "attn.norm_added_q": "context_block.attn.ln_q",
+             "attn.norm_added_k": "context_block.attn.ln_k", "attn2.norm_q": "x_block.attn2.ln_q",
+             "attn2.norm_k": "x_block.attn2.ln_k"}
+    qkv = {"attn.to_": "x_block.attn.qkv", "attn.add_": "context_block.attn.qkv", "attn2.to_": "x_block.attn2.qkv"}
+    out: dict = {}
+    fused: dict = {}
+    for name, t in state.items():
+        module, _, leaf = name.rpartition(".")
+        if name == "pos_embed.pos_embed":
+            out["pos_embed"] = t
+        elif module in simple:
+            out[f"{simple[module]}.{leaf}"] = t
+        else:
+            _, i, sub = module.split(".", 2)
+            where = f"joint_blocks.{i}."
+            if sub in block:
+                out[f"{where}{block[sub]}.{leaf}"] = t
+            else:   # q, k, v (to_q, add_q_proj...) fused as qkv, in that order
+                stem = next(k for k in qkv if sub.startswith(k))
+                fused.setdefault(f"{where}{qkv[stem]}.{leaf}", {})[sub[len(stem)]] = t
+    out.update({k: torch.cat([v["q"], v["k"], v["v"]]) for k, v in fused.items()})
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(SD3_KINDS))
+def test_a_stable_diffusion_3_transformer(tmp_path, kind):
+    """SD 3 medium, 3.5 medium and 3.5 large at their real sizes (sparse files), in Stability's names: diffusers
+    converts them back to its model's names and shapes, calls the file `kind`, and its model holds as many parameters
+    as ckptstat counts."""
+    model = _sd3_model(**SD3_KINDS[kind])
+    state = model.state_dict()
+    sai = _sai(state)
+    back = single_file_utils.convert_sd3_transformer_checkpoint_to_diffusers(dict(sai))
+    assert {k: tuple(v.shape) for k, v in back.items()} == {k: tuple(v.shape) for k, v in state.items()}
+    assert single_file_utils.infer_diffusers_model_type(sai) == kind
+    path = tmp_path / "sd3.safetensors"
+    _sparse_safetensors(path, sai)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["architecture"]["family"] == "stable_diffusion_3" and r["single_file"]["model_type"] == kind
+    (row,) = r["single_file"]["components"]
+    assert row["component"] == "transformer" and row["params"] == r["parameters"]["unique"] == sum(
+        p.numel() for p in model.parameters())
+    assert row["buffers"] == len(set(state) - {n for n, _ in model.named_parameters()}) == 1   # pos_embed
+
+
+def test_a_stable_diffusion_3_all_in_one_file(tmp_path):
+    """sd3_medium_incl_clips_t5xxlfp8.safetensors' layout: the MMDiT under model.diffusion_model., the VAE under
+    first_stage_model., the three text encoders under text_encoders.*: each counted apart."""
+    model = _sd3_model()
+    mmdit = {"model.diffusion_model." + k: v for k, v in _sai(model.state_dict()).items()}
+    beside = {"first_stage_model.decoder.conv_in.weight": torch.empty((512, 16, 3, 3), device="meta"),
+              "text_encoders.clip_l.transformer.text_model.embeddings.position_embedding.weight":
+                  torch.empty((77, 768), device="meta"),
+              "text_encoders.clip_g.transformer.text_model.embeddings.position_embedding.weight":
+                  torch.empty((77, 1280), device="meta"),
+              "text_encoders.t5xxl.transformer.shared.weight": torch.empty((32128, 4096), device="meta")}
+    state = {**mmdit, **beside}
+    assert single_file_utils.infer_diffusers_model_type(state) == "sd3"
+    path = tmp_path / "sd3_medium_incl_clips.safetensors"
+    _sparse_safetensors(path, state)
+    one = summarize(open_checkpoint(str(path)))["single_file"]
+    assert one["what"] == "a Stable Diffusion 3 pipeline"
+    assert {c["component"]: c["params"] for c in one["components"]} == {
+        "transformer": sum(p.numel() for p in model.parameters()), "vae": 512 * 16 * 9, "text_encoder": 77 * 768,
+        "text_encoder_2": 77 * 1280, "text_encoder_3": 32128 * 4096}

@@ -5,14 +5,17 @@ and as diffusers' `from_single_file` reads it (docs/adapters.md, "Single-file di
   prefixes, the UNet under `model.diffusion_model.`, the VAE under `first_stage_model.`, the text encoders under
   `cond_stage_model.` or `conditioner.embedders.N.`, and, in a trainer's save, the UNet's EMA copy (`model_ema.`:
   LitEma's buffers) and the noise schedule's buffers;
+- Stable Diffusion 3 and 3.5 (Stability's MMDiT layout): the transformer alone (`joint_blocks.`...), or under
+  `model.diffusion_model.` beside the VAE (`first_stage_model.`) and the text encoders (`text_encoders.clip_l.`,
+  `text_encoders.clip_g.`, `text_encoders.t5xxl.`);
 - FLUX.1 (Black Forest Labs' layout): the transformer alone (`double_blocks.`, `single_blocks.`...), or, in ComfyUI's
   all-in-one files, under `model.diffusion_model.` beside the VAE (`vae.`) and the text encoders
   (`text_encoders.clip_l.`, `text_encoders.t5xxl.`).
 
 `layout` says whether a checkpoint is one, and which model diffusers would load it as: its model type, by the rules of
 diffusers' `infer_diffusers_model_type` (diffusers/loaders/single_file_utils.py: the key names of CHECKPOINT_KEY_NAMES
-and the shapes it checks), for the UNet models and FLUX.1. `component` names the part a tensor belongs to by its prefix,
-as `from_single_file` hands them to each model (LDM_UNET_KEY, LDM_VAE_KEYS, the text encoders' prefixes).
+and the shapes it checks), for the UNet models, SD 3 / 3.5 and FLUX.1. `component` names the part a tensor belongs to
+by its prefix, as `from_single_file` hands them to each model (LDM_UNET_KEY, LDM_VAE_KEYS, the text encoders').
 tests/test_single_file.py checks both against diffusers 0.42.1.
 """
 from __future__ import annotations
@@ -31,6 +34,9 @@ KEYS = {
     "playground-v2-5": "edm_mean",
     "inpainting": UNET + "input_blocks.0.0.weight",   # its input channels: 9 inpainting, 8 instruct-pix2pix
     "controlnet": "control_model.time_embed.0.weight",
+    "sd3": "joint_blocks.0.context_block.adaLN_modulation.1.bias",   # its width: 6 x 1536 in 3 medium and 3.5 medium
+    "sd3-pos": "pos_embed",                                          # its positions: 192^2 in 3, 384^2 in 3.5 medium
+    "sd35_large": "joint_blocks.37.x_block.mlp.fc1.weight",
     "flux": "double_blocks.0.img_attn.norm.key_norm.scale",
     "flux-guidance": "guidance_in.in_layer.bias",   # flux-dev, -fill, -depth: guidance-distilled
     "flux-img-in": "img_in.weight",                   # its input width: 384 fill, 128 depth
@@ -48,6 +54,8 @@ PIPELINES = {
     "xl_inpaint": "diffusers/stable-diffusion-xl-1.0-inpainting-0.1",
     "playground-v2-5": "playgroundai/playground-v2.5-1024px-aesthetic", "upscale": "stabilityai/stable-diffusion-x4-upscaler",
     "instruct-pix2pix": "timbrooks/instruct-pix2pix",
+    "sd3": "stabilityai/stable-diffusion-3-medium-diffusers", "sd35_medium": "stabilityai/stable-diffusion-3.5-medium",
+    "sd35_large": "stabilityai/stable-diffusion-3.5-large",
     "flux-dev": "black-forest-labs/FLUX.1-dev", "flux-fill": "black-forest-labs/FLUX.1-Fill-dev",
     "flux-depth": "black-forest-labs/FLUX.1-Depth-dev", "flux-schnell": "black-forest-labs/FLUX.1-schnell",
 }
@@ -70,6 +78,10 @@ OPENCLIP_LOADED = frozenset(("positional_embedding", "token_embedding.weight", "
                              "text_projection"))
 SD2_IGNORED = ("transformer.resblocks.23.", "text_projection")
 NOT_LOADED = "not loaded by diffusers"
+SD3_PARTS = (
+    (UNET, "transformer"), ("first_stage_model.", "vae"), ("text_encoders.clip_l.", "text_encoder"),
+    ("text_encoders.clip_g.", "text_encoder_2"), ("text_encoders.t5xxl.", "text_encoder_3"),   # SD3 pipeline's names
+)
 FLUX_PARTS = (
     (UNET, "transformer"), ("vae.", "vae"), ("first_stage_model.", "vae"),
     ("text_encoders.clip_l.", "text_encoder"), ("text_encoders.t5xxl.", "text_encoder_2"),   # FluxPipeline's names
@@ -95,6 +107,7 @@ class Layout(NamedTuple):
     wrapper: str           # what the pipeline's names sit under in the file ("" or "state_dict.")
     parts: tuple[tuple[str, str], ...]   # prefix -> component, first match wins
     rest: str              # the component of a name no prefix matches (a bare FLUX.1 file's: its transformer)
+    buffers: tuple[str, ...] = ()   # names the model registers as buffers that the name rules cannot tell
 
 
 def _width(shape: Callable[[str], tuple[int, ...] | None], key: str, axis: int) -> int | None:
@@ -107,8 +120,8 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     `model.diffusion_model.input_blocks.` and a VAE or a text encoder beside it, or a FLUX.1 transformer. Its model
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
-    if wrapper is None:
-        return _flux(names, shape)
+    if wrapper is None:   # (diffusers tries SD 3 before FLUX.1)
+        return _sd3(names, shape) or _flux(names, shape)
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):
         return None   # a bare UNet: no pipeline's layout (diffusers reads it as a model, not a pipeline)
@@ -141,6 +154,24 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
         kind = "v1"
     return Layout("stable_diffusion", "a Stable Diffusion pipeline", kind, PIPELINES.get(kind), wrapper, UNET_PARTS,
                   OTHER)
+
+
+def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """Stable Diffusion 3 / 3.5's MMDiT, bare or under `model.diffusion_model.` beside its VAE and text encoders."""
+    inner = next((p for p in ("", UNET) if p + KEYS["sd3"] in names or p + KEYS["sd35_large"] in names), None)
+    if inner is None:
+        return None
+    if _width(shape, inner + KEYS["sd3"], -1) == 9216:
+        positions = _width(shape, inner + KEYS["sd3-pos"], 1)
+        kind = "sd3" if positions == 36864 else "sd35_medium" if positions == 147456 else None
+    else:
+        kind = "sd35_large" if inner + KEYS["sd35_large"] in names else None
+    if kind is None:   # (diffusers' own rules name no model for it)
+        return None
+    what = "a Stable Diffusion 3 transformer" if inner == "" else "a Stable Diffusion 3 pipeline"
+    # PatchEmbed's positions: a buffer of SD3Transformer2DModel (diffusers' parameters() leaves it out)
+    return Layout("stable_diffusion_3", what, kind, PIPELINES.get(kind), "", SD3_PARTS,
+                  "transformer" if inner == "" else OTHER, (inner + KEYS["sd3-pos"],))
 
 
 def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
