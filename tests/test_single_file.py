@@ -241,24 +241,30 @@ def _sparse_safetensors(path, state: dict, prefix: str = "") -> None:
                                           ("flux-fill", {"in_channels": 384, "out_channels": 64}),
                                           ("flux-depth", {"in_channels": 128, "out_channels": 64})])
 def test_a_flux_transformer(tmp_path, kind, change):
-    """FLUX.1's transformer at its real size (a sparse file), in Black Forest Labs' names: diffusers converts them
-    back to its model's names and shapes, calls the file `kind`, and its model holds as many parameters as ckptstat
-    counts."""
-    model = _flux_model(**change)
+    """FLUX.1's transformer at its real size (a sparse file), in Black Forest Labs' names."""
+    _check_transformer(tmp_path, _flux_model(**change), _bfl,
+                       single_file_utils.convert_flux_transformer_checkpoint_to_diffusers, kind, "flux")
+
+
+def _check_transformer(tmp_path, model, original_names, converter, kind: str, family: str) -> None:
+    """A diffusers transformer (on the meta device) written under its original names as a sparse file: diffusers'
+    own converter turns the names back into its model's names and shapes, diffusers calls the file `kind`, and the
+    model holds as many parameters as ckptstat counts (its buffers counted apart)."""
     state = model.state_dict()
-    bfl = _bfl(state)
-    back = single_file_utils.convert_flux_transformer_checkpoint_to_diffusers(dict(bfl))
+    original = original_names(state)
+    back = converter(dict(original))
     assert {k: tuple(v.shape) for k, v in back.items()} == {k: tuple(v.shape) for k, v in state.items()}
-    assert single_file_utils.infer_diffusers_model_type(bfl) == kind
-    path = tmp_path / "flux1.safetensors"
-    _sparse_safetensors(path, bfl)
+    assert single_file_utils.infer_diffusers_model_type(original) == kind
+    path = tmp_path / "transformer.safetensors"
+    _sparse_safetensors(path, original)
     r = summarize(open_checkpoint(str(path)))
-    assert r["architecture"]["family"] == "flux" and r["single_file"]["model_type"] == kind
+    assert r["architecture"]["family"] == family and r["single_file"]["model_type"] == kind
     assert r["single_file"]["pipeline"] == single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS[kind][
         "pretrained_model_name_or_path"]
     (row,) = r["single_file"]["components"]
     assert row["component"] == "transformer" and row["params"] == r["parameters"]["unique"] == sum(
         p.numel() for p in model.parameters())
+    assert row["buffers"] == len(set(state) - {n for n, _ in model.named_parameters()})
 
 
 def test_a_flux_all_in_one_file(tmp_path):
@@ -420,23 +426,10 @@ def _sai(state: dict) -> dict:
 
 @pytest.mark.parametrize("kind", sorted(SD3_KINDS))
 def test_a_stable_diffusion_3_transformer(tmp_path, kind):
-    """SD 3 medium, 3.5 medium and 3.5 large at their real sizes (sparse files), in Stability's names: diffusers
-    converts them back to its model's names and shapes, calls the file `kind`, and its model holds as many parameters
-    as ckptstat counts."""
-    model = _sd3_model(**SD3_KINDS[kind])
-    state = model.state_dict()
-    sai = _sai(state)
-    back = single_file_utils.convert_sd3_transformer_checkpoint_to_diffusers(dict(sai))
-    assert {k: tuple(v.shape) for k, v in back.items()} == {k: tuple(v.shape) for k, v in state.items()}
-    assert single_file_utils.infer_diffusers_model_type(sai) == kind
-    path = tmp_path / "sd3.safetensors"
-    _sparse_safetensors(path, sai)
-    r = summarize(open_checkpoint(str(path)))
-    assert r["architecture"]["family"] == "stable_diffusion_3" and r["single_file"]["model_type"] == kind
-    (row,) = r["single_file"]["components"]
-    assert row["component"] == "transformer" and row["params"] == r["parameters"]["unique"] == sum(
-        p.numel() for p in model.parameters())
-    assert row["buffers"] == len(set(state) - {n for n, _ in model.named_parameters()}) == 1   # pos_embed
+    """SD 3 medium, 3.5 medium and 3.5 large at their real sizes (sparse files), in Stability's names; `pos_embed` a
+    buffer of diffusers' model."""
+    _check_transformer(tmp_path, _sd3_model(**SD3_KINDS[kind]), _sai,
+                       single_file_utils.convert_sd3_transformer_checkpoint_to_diffusers, kind, "stable_diffusion_3")
 
 
 def test_a_stable_diffusion_3_all_in_one_file(tmp_path):
