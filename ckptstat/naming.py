@@ -81,6 +81,8 @@ ROLE_RULES = _rules([
     # under `state_dict.` in the trainer's own .ckpt (Lightning)
     (r"^(state_dict\.)?model_ema\.\w+$", "buffer"),
     (r"^(state_dict\.)?denoiser\.sigmas$", "buffer"),   # SGM (XL): sgm/modules/diffusionmodules/denoiser.py
+    # a LoRA file under kohya's names: each module's alpha, a 0-d buffer (sd-scripts networks/lora.py LoRAModule)
+    (r"^lora_(unet|te\d?)_\w+\.alpha$", "buffer"),
     (r"^(state_dict\.)?(betas|alphas_cumprod|alphas_cumprod_prev|sqrt_alphas_cumprod|sqrt_one_minus_alphas_cumprod|"
      r"log_one_minus_alphas_cumprod|sqrt_recip_alphas_cumprod|sqrt_recipm\d_alphas_cumprod|posterior_variance|"
      r"posterior_log_variance_clipped|posterior_mean_coef\d|scale_factor)$", "buffer"),   # (\d: rules see numbers as k)

@@ -7,12 +7,15 @@ from rich.text import Text
 from .fmt import (  # noqa: F401  (re-exported)
     COMPONENTS_TITLE,
     DEFAULT_SEQ_RULE,
+    LORA_TITLE,
     MODULE_LINES,
     arch_line,
+    counts_text,
     human,
     human_bytes,
     image_text,
     input_line,
+    lora_file_text,
     object_text,
     one_image,
     seq_line,
@@ -91,7 +94,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
         console.print(fit_names(t, console, column=4))
     if a["family"] == "unknown" and r.get("modules"):
         _render_modules(r["modules"], console)
-    elif r["unplaced"] and not r.get("single_file"):   # (a one-file pipeline's components place every tensor)
+    elif r["unplaced"] and not r.get("single_file") and not r.get("lora_file"):   # (their tables place every tensor)
         console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
         for name in r["unplaced"]:
             console.print(name_line("  ", name))
@@ -153,6 +156,15 @@ def _render_components(one: dict, total: int, console: Console) -> None:
     console.print(t)
 
 
+def _render_lora_file(lora: dict, console: Console) -> None:
+    """A LoRA file under kohya's names (analysis/summary.py lora_file_report)."""
+    console.print(Text("lora file    ").append_text(safe(lora_file_text(lora))))
+    t = table(LORA_TITLE, "part", "modules", "params", "network", "ranks")
+    for p in lora["parts"]:
+        t.add_row(p["part"], str(p["modules"]), f"{p['params']:,}", counts_text(p["networks"]), counts_text(p["ranks"]))
+    console.print(t)
+
+
 def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
     """The parameter count and its tables: by bucket (quantisation beside), by layer, by stored dtype."""
     p = r["parameters"]
@@ -174,6 +186,10 @@ def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
 
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
+    if r.get("lora_file"):   # a LoRA file under kohya's names: its modules by part, not buckets of a model
+        _render_lora_file(r["lora_file"], console)
+        _render_dtypes(r, console)
+        return
     if r.get("single_file"):   # a diffusion pipeline in one file: its components, not the transformer buckets
         _render_components(r["single_file"], p["unique"], console)
         render_quantization(r, console)

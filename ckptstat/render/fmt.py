@@ -81,6 +81,22 @@ def single_file_text(one: dict) -> str:
 
 
 COMPONENTS_TITLE = "Components (as diffusers' from_single_file splits the file)"
+LORA_TITLE = "Adapted modules (kohya names: lora_unet_*, lora_te*_*)"
+
+
+def counts_text(counts: dict) -> str:
+    """`{"8": 120, "4": 2}` as `8 x 120, 4 x 2`: a value and how many modules have it."""
+    return ", ".join(f"{k} x {v}" for k, v in counts.items())
+
+
+def lora_file_text(lora: dict) -> str:
+    """A LoRA file under kohya's names, in a line: its modules, DoRA, and sd-scripts' own record of its training."""
+    t = lora["training"]
+    said = [f"{label} {t[k]}" for k, label in (("ss_network_module", "network"), ("ss_network_dim", "dim"),
+                                                ("ss_network_alpha", "alpha"), ("ss_base_model_version", "base"),
+                                                ("ss_steps", "steps")) if k in t]
+    return (f"a LoRA file (kohya's names), {lora['modules']} adapted modules" + (", DoRA" if lora["dora"] else "")
+            + (f"; sd-scripts says: {', '.join(said)}" if said else "") + "; not a whole model")
 
 
 def object_text(o: dict, width: int = 80) -> str:

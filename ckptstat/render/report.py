@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from . import training_line
-from .fmt import COMPONENTS_TITLE, human_bytes, image_text, object_text, one_image, seq_source, single_file_text
+from .fmt import (
+    COMPONENTS_TITLE,
+    LORA_TITLE,
+    counts_text,
+    human_bytes,
+    image_text,
+    lora_file_text,
+    object_text,
+    one_image,
+    seq_source,
+    single_file_text,
+)
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -81,13 +92,19 @@ def _summary(r: dict) -> list[Block]:
         if im := an.get("image"):   # a vision-language wrapper whose image path is modelled (families/images/)
             items.append(("image", one_image(im, f"{im['flops']:,}") if im["side"] else
                                    "any size: `ckptstat flops --images N --image-size S` counts it"))
-    one = s.get("single_file")   # a diffusion pipeline in one file: by component, not by bucket
+    one, lora = s.get("single_file"), s.get("lora_file")   # by component or by adapted part, not by bucket
     if one:
         items.insert(2, ("one file", single_file_text(one)))
+    if lora:
+        items.insert(2, ("lora file", lora_file_text(lora)))
     by = ([Block("h3", COMPONENTS_TITLE),
            Block("table", header=["Component", "Parameters", "Bytes", "Tensors", "Buffers"], align="l",
                  rows=[[c["component"], _int(c["params"]), _int(c["bytes"]), str(c["tensors"]), str(c["buffers"])]
                        for c in one["components"]])] if one else
+          [Block("h3", LORA_TITLE),
+           Block("table", header=["Part", "Modules", "Parameters", "Network", "Ranks"], align="l",
+                 rows=[[p["part"], str(p["modules"]), _int(p["params"]), counts_text(p["networks"]),
+                        counts_text(p["ranks"])] for p in lora["parts"]])] if lora else
           [Block("h3", "Parameters by bucket"),
            Block("table", header=["Bucket", "Parameters", "Share", "Bytes", "BPW", "Tensors"], align="l",
                  rows=[[b["bucket"], _int(b["params"]), f"{100 * b['share']:.2f}%", _int(b["bytes"]),

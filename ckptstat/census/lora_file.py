@@ -1,0 +1,73 @@
+"""A LoRA saved as one file under kohya's names: what sd-scripts writes and AUTOMATIC1111, ComfyUI, model sites and
+diffusers' `load_lora_weights` read (docs/adapters.md, "LoRA files under kohya's names"). Each adapted module is one
+name, its path with `_` for `.` after a part's prefix (`lora_unet_down_blocks_0_attentions_0_proj_in`,
+`lora_te_text_model_encoder_layers_0_self_attn_q_proj`; `lora_te1_` / `lora_te2_` for XL's two text encoders), holding
+the network's tensors: LoRA's `lora_down.weight` [r, in] (a convolution's [r, in, k, k]) and `lora_up.weight`
+[out, r], LyCORIS's LoHa (`hada_w1_a` [out, r], `hada_w1_b` [r, in], `hada_w2_*`) or LoKr (`lokr_w1`, `lokr_w2` or
+their `_a` / `_b` factors), DoRA's `dora_scale`, and `alpha`, a 0-d buffer (sd-scripts networks/lora.py LoRAModule
+registers it) that sets the scale alpha / r.
+
+`lora_file` says whether a checkpoint is one (every name under a part's prefix, one network's tensors at least), and
+`modules` groups its tensors by module. No base model is needed, and no value is read: ranks come from the shapes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+# kohya's prefix -> the pipeline component it adapts (diffusers lora_conversion_utils: unet, text_encoder, _2; SD 3's
+# third text encoder as sd-scripts names it)
+PARTS = (("lora_unet_", "unet"), ("lora_te_", "text_encoder"), ("lora_te1_", "text_encoder"),
+         ("lora_te2_", "text_encoder_2"), ("lora_te3_", "text_encoder_3"))
+# a module's tensor (after its name) -> the network it belongs to
+NETWORKS = {"lora_down.weight": "LoRA", "lora_up.weight": "LoRA", "lora_mid.weight": "LoRA",
+            "hada_w1_a": "LoHa", "hada_w1_b": "LoHa", "hada_w2_a": "LoHa", "hada_w2_b": "LoHa",
+            "hada_t1": "LoHa", "hada_t2": "LoHa",
+            "lokr_w1": "LoKr", "lokr_w1_a": "LoKr", "lokr_w1_b": "LoKr", "lokr_w2": "LoKr", "lokr_w2_a": "LoKr",
+            "lokr_w2_b": "LoKr", "lokr_t2": "LoKr"}
+EXTRAS = ("alpha", "dora_scale")   # beside any network's tensors
+
+
+class Module(NamedTuple):
+    part: str              # unet, text_encoder...
+    network: str           # LoRA, LoHa, LoKr
+    rank: int | None       # None: a LoKr factor stored whole (no rank)
+    names: tuple[str, ...]
+
+
+def part_of(name: str) -> str | None:
+    return next((part for prefix, part in PARTS if name.startswith(prefix)), None)
+
+
+def lora_file(names: Iterable[str]) -> bool:
+    """Every tensor under one of kohya's prefixes, as a network's tensor or an extra, and one network's at least."""
+    network = False
+    for name in names:
+        module, _, tensor = name.partition(".")
+        if part_of(module) is None or not (tensor in NETWORKS or tensor in EXTRAS):
+            return False
+        network = network or tensor in NETWORKS
+    return network
+
+
+def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]]) -> dict[str, Module]:
+    """The adapted modules of a kohya LoRA file: each one's part, network and rank (from its shapes)."""
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        grouped.setdefault(name.partition(".")[0], []).append(name)
+    out = {}
+    for module, held in grouped.items():
+        tensors = {n.partition(".")[2] for n in held}
+        network = next((NETWORKS[t] for t in tensors if t in NETWORKS), "")
+        out[module] = Module(part_of(module) or "", network, _rank(module, network, tensors, shape), tuple(held))
+    return out
+
+
+def _rank(module: str, network: str, tensors: set[str], shape: Callable[[str], tuple[int, ...]]) -> int | None:
+    if network == "LoRA" and "lora_down.weight" in tensors:
+        return shape(f"{module}.lora_down.weight")[0]
+    if network == "LoHa" and "hada_w1_b" in tensors:
+        return shape(f"{module}.hada_w1_b")[0]
+    if network == "LoKr" and "lokr_w2_b" in tensors:
+        return shape(f"{module}.lokr_w2_b")[0]
+    return None
