@@ -89,9 +89,9 @@ def test_the_cli_says_what_it_is(cli, tmp_path, models):
     save_file(_kohya(models["sd15"], False), path, metadata={"ss_network_alpha": "2"})
     rc, out, _ = cli("summary", path)
     text = " ".join(out.split())
-    assert rc == 0 and "a LoRA file (kohya's names)" in text and "alpha 2" in text and "no rule placed" not in text
+    assert rc == 0 and "a LoRA file (kohya naming)" in text and "alpha 2" in text and "no rule placed" not in text
     rc, out, err = cli("flops", path)
-    assert rc == 2 and "a LoRA file under kohya's names, not a whole model" in " ".join((out + err).split())
+    assert rc == 2 and "a LoRA file (kohya naming), not a whole model" in " ".join((out + err).split())
 
 
 def test_other_names_beside_are_no_lora_file(tmp_path, models):
@@ -100,3 +100,34 @@ def test_other_names_beside_are_no_lora_file(tmp_path, models):
     path = str(tmp_path / "merged.safetensors")
     save_file(state, path)
     assert summarize(open_checkpoint(path))["lora_file"] is None
+
+
+# ------------------------------------------------------------------------------------ diffusers' names
+
+TARGETS = {"unet": (["to_q", "to_k", "to_v", "to_out.0"], 4), "text_encoder": (["q_proj", "k_proj", "v_proj"], 8)}
+
+
+@pytest.mark.parametrize("dora", [False, True], ids=["lora", "dora"])
+def test_a_pipelines_save_lora_weights(tmp_path, dora):
+    """What StableDiffusionPipeline.save_lora_weights writes (pytorch_lora_weights.safetensors, peft's names under each
+    component): the modules peft injected in each model, their ranks, their trainable tensors. Before, ckptstat called
+    such a file a llama."""
+    from diffusers import StableDiffusionPipeline
+    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
+
+    models = fixture_script("make_single_file")._pipelines(str(tmp_path / "pipelines"))["sd15"]
+    layers, want = {}, {}
+    for part, (targets, rank) in TARGETS.items():
+        model = inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, use_dora=dora),
+                                        models[part])
+        adapted = [m for m in model.modules() if hasattr(m, "lora_A") and "default" in m.lora_A]
+        saved = get_peft_model_state_dict(model)
+        layers[f"{part}_lora_layers"] = saved
+        want[part] = {"modules": len(adapted), "params": sum(t.numel() for t in saved.values()),
+                      "ranks": {str(rank): len(adapted)}}
+    StableDiffusionPipeline.save_lora_weights(str(tmp_path), **layers)
+    r = summarize(open_checkpoint(str(tmp_path / "pytorch_lora_weights.safetensors")))
+    lora = r["lora_file"]
+    assert lora is not None and lora["naming"] == "diffusers" and lora["dora"] is dora
+    assert {p["part"]: {k: p[k] for k in ("modules", "params", "ranks")} for p in lora["parts"]} == want
+    assert r["architecture"]["family"] == "adapter" and r["architecture"]["model_type"] == "diffusers LoRA file"

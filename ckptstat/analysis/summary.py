@@ -7,8 +7,9 @@ import os
 from typing import Any
 
 from ..census import aliases, architecture, name_matches, placements, resolve
-from ..census.counts import diffusion_layout, kohya_lora
+from ..census.counts import diffusion_layout, lora_naming
 from ..census.diffusion import NOT_LOADED, OTHER, SCHEDULE_COMPONENT, component
+from ..census.lora_file import COMPONENTS as LORA_COMPONENTS
 from ..census.lora_file import PARTS as LORA_PARTS
 from ..census.lora_file import modules as lora_modules
 from ..census.model import Model, from_checkpoint
@@ -85,7 +86,7 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
         "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "single_file": single_file(ckpt),   # a diffusion pipeline in one file: its components, else None
-        "lora_file": lora_file_report(ckpt),   # a LoRA file under kohya's names: its modules and ranks, else None
+        "lora_file": lora_file_report(ckpt),   # a LoRA file without a PEFT config: its modules and ranks, else None
         "ties": verdict(ckpt),
         "analytic": None if held and not total else summary_fields(ckpt, seq),
         "modules": module_tree(c.tree),
@@ -123,18 +124,19 @@ def single_file(ckpt: Checkpoint) -> dict | None:
             "components": [r for r in rows.values() if r["tensors"]]}
 
 
-LORA_FILE_COUNTING = ("per part: the adapted modules (one name each, before its first '.'), their network's tensors "
-                      "(lora_down, lora_up, hada_*, lokr_*, dora_scale: trainable parameters) and ranks from the shapes; "
-                      "each module's alpha is a buffer, counted apart (scale alpha / rank)")
+LORA_FILE_COUNTING = ("per part: the adapted modules, their network's tensors (lora_down / lora_A, lora_up / lora_B, "
+                      "hada_*, lokr_*, dora_scale / lora_magnitude_vector: trainable parameters) and ranks from the "
+                      "shapes; each module's alpha is a buffer, counted apart (scale alpha / rank)")
 
 
 def lora_file_report(ckpt: Checkpoint) -> dict | None:
-    """A LoRA saved as one file under kohya's names (census/lora_file.py): its modules by part, networks and ranks;
+    """A LoRA saved as one file without a PEFT config (census/lora_file.py): its modules by part, networks and ranks;
     None for any other checkpoint."""
-    if not kohya_lora(ckpt):
+    how = lora_naming(ckpt)
+    if how is None:
         return None
     place = placements(ckpt)
-    found = lora_modules(ckpt.tensors, lambda n: tuple(ckpt.tensors[n].shape))
+    found = lora_modules(ckpt.tensors, lambda n: tuple(ckpt.tensors[n].shape), how)
     parts: dict[str, dict[str, Any]] = {}
     for m in found.values():
         row = parts.setdefault(m.part, {"part": m.part, "modules": 0, "params": 0, "ranks": {}, "networks": {}})
@@ -143,8 +145,9 @@ def lora_file_report(ckpt: Checkpoint) -> dict | None:
         rank = "-" if m.rank is None else str(m.rank)
         row["ranks"][rank] = row["ranks"].get(rank, 0) + 1
         row["networks"][m.network] = row["networks"].get(m.network, 0) + 1
-    order = [part for _, part in LORA_PARTS]
-    return {"naming": "kohya", "modules": len(found), "dora": any(n.endswith(".dora_scale") for n in ckpt.tensors),
+    order = [*dict.fromkeys([*(part for _, part in LORA_PARTS), *LORA_COMPONENTS, "model"])]
+    return {"naming": how, "modules": len(found), "dora": any(m.network == "DoRA" for m in found.values())
+            or any(n.endswith(".dora_scale") for n in ckpt.tensors),
             "counting": LORA_FILE_COUNTING, "parts": sorted(parts.values(), key=lambda p: order.index(p["part"])),
             "training": {k: v for k, v in ckpt.metadata.items() if k in TRAINING_KEYS}}
 

@@ -12,7 +12,7 @@ from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
 from .diffusion import Layout, layout
-from .lora_file import lora_file
+from .lora_file import naming
 from .quant import logical
 from .quant import roles as quant_roles
 from .quant.mlx import as_converted
@@ -82,8 +82,9 @@ def _architecture(ckpt: Checkpoint) -> dict:
         return {"family": "adapter", "source": "adapter_config.json", "model_type": str(ckpt.adapter.get("peft_type")),
                 "architectures": []}
     meta = ckpt.metadata if ckpt.declared_architecture else None
-    if kohya_lora(ckpt):   # its module names are a base model's: never a model
-        return {"family": "adapter", "source": "tensor names", "model_type": KOHYA, "architectures": []}
+    how = lora_naming(ckpt)
+    if how:   # its module names are a base model's: never a model
+        return {"family": "adapter", "source": "tensor names", "model_type": f"{how} LoRA file", "architectures": []}
     one_file = diffusion_layout(ckpt)
     if one_file is not None:
         return {"family": one_file.family, "source": "tensor names", "model_type": one_file.model_type, "architectures": []}
@@ -96,12 +97,9 @@ def _architecture(ckpt: Checkpoint) -> dict:
     return {"family": a.family, "source": source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 
-KOHYA = "kohya LoRA file"
-
-
-def kohya_lora(ckpt: Checkpoint) -> bool:
-    """A LoRA saved as one file under kohya's names (census/lora_file.py), without a PEFT config."""
-    return bool(ckpt.derived("kohya_lora", lambda c: c.adapter is None and not c.config and lora_file(c.tensors)))
+def lora_naming(ckpt: Checkpoint) -> str | None:
+    """A LoRA saved as one file without a PEFT config (census/lora_file.py): its naming, "kohya" or "diffusers"."""
+    return ckpt.derived("lora_naming", lambda c: None if c.adapter is not None or c.config else naming(c.tensors))
 
 
 def diffusion_layout(ckpt: Checkpoint) -> Layout | None:

@@ -1,13 +1,19 @@
-"""A LoRA saved as one file under kohya's names: what sd-scripts writes and AUTOMATIC1111, ComfyUI, model sites and
-diffusers' `load_lora_weights` read (docs/adapters.md, "LoRA files under kohya's names"). Each adapted module is one
+"""A LoRA saved as one file without a PEFT config (docs/adapters.md, "LoRA files"), under either of two namings:
+
+- kohya's: what sd-scripts writes and AUTOMATIC1111, ComfyUI, model sites and diffusers' `load_lora_weights` read.
+  Each adapted module is one
 name, its path with `_` for `.` after a part's prefix (`lora_unet_down_blocks_0_attentions_0_proj_in`,
 `lora_te_text_model_encoder_layers_0_self_attn_q_proj`; `lora_te1_` / `lora_te2_` for XL's two text encoders), holding
 the network's tensors: LoRA's `lora_down.weight` [r, in] (a convolution's [r, in, k, k]) and `lora_up.weight`
 [out, r], LyCORIS's LoHa (`hada_w1_a` [out, r], `hada_w1_b` [r, in], `hada_w2_*`) or LoKr (`lokr_w1`, `lokr_w2` or
 their `_a` / `_b` factors), DoRA's `dora_scale`, and `alpha`, a 0-d buffer (sd-scripts networks/lora.py LoRAModule
 registers it) that sets the scale alpha / r.
+- diffusers': what a pipeline's `save_lora_weights` writes (`pytorch_lora_weights.safetensors`; trainers built on it,
+  ai-toolkit's FLUX LoRAs): `<component>.<module path>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r] (peft's
+  names, `lora_magnitude_vector` with DoRA), or older diffusers' `.lora.down.weight` / `.lora.up.weight` and
+  `.lora_linear_layer.down.weight` / `.up.weight`, the component first (unet, transformer, text_encoder...).
 
-`lora_file` says whether a checkpoint is one (every name under a part's prefix, one network's tensors at least), and
+`naming` says whether a checkpoint is one (every name a module's LoRA tensor, one down / A weight at least), and
 `modules` groups its tensors by module. No base model is needed, and no value is read: ranks come from the shapes.
 """
 from __future__ import annotations
@@ -26,6 +32,11 @@ NETWORKS = {"lora_down.weight": "LoRA", "lora_up.weight": "LoRA", "lora_mid.weig
             "lokr_w1": "LoKr", "lokr_w1_a": "LoKr", "lokr_w1_b": "LoKr", "lokr_w2": "LoKr", "lokr_w2_a": "LoKr",
             "lokr_w2_b": "LoKr", "lokr_t2": "LoKr"}
 EXTRAS = ("alpha", "dora_scale")   # beside any network's tensors
+# diffusers' naming: a module's tensor (its name's tail) -> whether it is the down / A weight, whose rows are the rank
+DIFFUSERS = {".lora_A.weight": True, ".lora_B.weight": False, ".lora_B.bias": False, ".lora_magnitude_vector": False,
+             ".lora_embedding_A": True, ".lora_embedding_B": False, ".lora.down.weight": True, ".lora.up.weight": False,
+             ".lora_linear_layer.down.weight": True, ".lora_linear_layer.up.weight": False, ".alpha": False}
+COMPONENTS = ("unet", "transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "prior", "decoder")
 
 
 class Module(NamedTuple):
@@ -39,8 +50,14 @@ def part_of(name: str) -> str | None:
     return next((part for prefix, part in PARTS if name.startswith(prefix)), None)
 
 
-def lora_file(names: Iterable[str]) -> bool:
-    """Every tensor under one of kohya's prefixes, as a network's tensor or an extra, and one network's at least."""
+def naming(names: Iterable[str]) -> str | None:
+    """"kohya" or "diffusers" when every tensor is a module's LoRA tensor under that naming and one is a network's
+    down / A weight; else None."""
+    names = list(names)
+    return "kohya" if _kohya(names) else "diffusers" if _diffusers(names) else None
+
+
+def _kohya(names: list[str]) -> bool:
     network = False
     for name in names:
         module, _, tensor = name.partition(".")
@@ -50,8 +67,21 @@ def lora_file(names: Iterable[str]) -> bool:
     return network
 
 
-def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]]) -> dict[str, Module]:
-    """The adapted modules of a kohya LoRA file: each one's part, network and rank (from its shapes)."""
+def _diffusers_split(name: str) -> tuple[str, bool] | None:
+    """(module, is the down / A weight) of a name under diffusers' naming, else None."""
+    tail = next((t for t in DIFFUSERS if name.endswith(t)), None)
+    return None if tail is None else (name[:-len(tail)], DIFFUSERS[tail])
+
+
+def _diffusers(names: list[str]) -> bool:
+    split = [_diffusers_split(n) for n in names]
+    return bool(split) and all(x is not None for x in split) and any(x[1] for x in split if x is not None)
+
+
+def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]], how: str = "kohya") -> dict[str, Module]:
+    """The adapted modules of a LoRA file under `how`'s naming: each one's part, network and rank (from its shapes)."""
+    if how == "diffusers":
+        return _diffusers_modules(names, shape)
     grouped: dict[str, list[str]] = {}
     for name in names:
         grouped.setdefault(name.partition(".")[0], []).append(name)
@@ -60,6 +90,23 @@ def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]]) -> di
         tensors = {n.partition(".")[2] for n in held}
         network = next((NETWORKS[t] for t in tensors if t in NETWORKS), "")
         out[module] = Module(part_of(module) or "", network, _rank(module, network, tensors, shape), tuple(held))
+    return out
+
+
+def _diffusers_modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]]) -> dict[str, Module]:
+    grouped: dict[str, list[str]] = {}
+    ranks: dict[str, int] = {}
+    for name in names:
+        module, down = _diffusers_split(name) or (name, False)
+        grouped.setdefault(module, []).append(name)
+        if down:
+            ranks[module] = shape(name)[0]
+    out = {}
+    for module, held in grouped.items():
+        first = module.partition(".")[0]
+        part = first if first in COMPONENTS else "model"
+        dora = any(n.endswith(".lora_magnitude_vector") for n in held)
+        out[module] = Module(part, "DoRA" if dora else "LoRA", ranks.get(module), tuple(held))
     return out
 
 

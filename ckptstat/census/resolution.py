@@ -14,7 +14,7 @@ from ..families import by_model_type, get
 from ..families.framework.base import ArchSpec, Family, TieRule
 from ..families.framework.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
 from ..naming import name_forms
-from .counts import diffusion_layout, kohya_lora, name_family
+from .counts import diffusion_layout, lora_naming, name_family
 from .quant import logical
 from .quant.mlx import as_converted
 
@@ -89,8 +89,9 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
             return Resolution(family, mt, spec, spec.head, src)
         spec, why = _head_from_weights(spec, ckpt)
         return Resolution(family, mt, spec, spec.head, why)
-    if kohya_lora(ckpt):
-        return Resolution(None, None, None, None, "tensor names", f"{ckpt.path}: a LoRA file under kohya's names, not a "
+    how = lora_naming(ckpt)
+    if how:
+        return Resolution(None, None, None, None, "tensor names", f"{ckpt.path}: a LoRA file ({how} naming), not a "
                           "whole model: `ckptstat summary` lists its modules and ranks (docs/adapters.md)")
     one_file = diffusion_layout(ckpt)
     if one_file is not None:

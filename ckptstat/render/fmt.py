@@ -81,7 +81,7 @@ def single_file_text(one: dict) -> str:
 
 
 COMPONENTS_TITLE = "Components (as diffusers' from_single_file splits the file)"
-LORA_TITLE = "Adapted modules (kohya names: lora_unet_*, lora_te*_*)"
+LORA_TITLE = "Adapted modules (a LoRA file)"
 
 
 def counts_text(counts: dict) -> str:
@@ -95,7 +95,7 @@ def lora_file_text(lora: dict) -> str:
     said = [f"{label} {t[k]}" for k, label in (("ss_network_module", "network"), ("ss_network_dim", "dim"),
                                                 ("ss_network_alpha", "alpha"), ("ss_base_model_version", "base"),
                                                 ("ss_steps", "steps")) if k in t]
-    return (f"a LoRA file (kohya's names), {lora['modules']} adapted modules" + (", DoRA" if lora["dora"] else "")
+    return (f"a LoRA file ({lora['naming']} naming), {lora['modules']} adapted modules" + (", DoRA" if lora["dora"] else "")
             + (f"; sd-scripts says: {', '.join(said)}" if said else "") + "; not a whole model")
 
 
