@@ -53,11 +53,10 @@ def part_of(name: str) -> str | None:
 def naming(names: Iterable[str]) -> str | None:
     """"kohya" or "diffusers" when every tensor is a module's LoRA tensor under that naming and one is a network's
     down / A weight; else None."""
-    names = list(names)
     return "kohya" if _kohya(names) else "diffusers" if _diffusers(names) else None
 
 
-def _kohya(names: list[str]) -> bool:
+def _kohya(names: Iterable[str]) -> bool:   # (each stops at the first name that is not one: a model's header is long)
     network = False
     for name in names:
         module, _, tensor = name.partition(".")
@@ -73,9 +72,14 @@ def _diffusers_split(name: str) -> tuple[str, bool] | None:
     return None if tail is None else (name[:-len(tail)], DIFFUSERS[tail])
 
 
-def _diffusers(names: list[str]) -> bool:
-    split = [_diffusers_split(n) for n in names]
-    return bool(split) and all(x is not None for x in split) and any(x[1] for x in split if x is not None)
+def _diffusers(names: Iterable[str]) -> bool:
+    down = False
+    for name in names:
+        split = _diffusers_split(name)
+        if split is None:
+            return False
+        down = down or split[1]
+    return down
 
 
 def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]], how: str = "kohya") -> dict[str, Module]:
