@@ -131,3 +131,12 @@ def test_a_pipelines_save_lora_weights(tmp_path, dora):
     assert lora is not None and lora["naming"] == "diffusers" and lora["dora"] is dora
     assert {p["part"]: {k: p[k] for k in ("modules", "params", "ranks")} for p in lora["parts"]} == want
     assert r["architecture"]["family"] == "adapter" and r["architecture"]["model_type"] == "diffusers LoRA file"
+
+
+@pytest.mark.parametrize("name", ["lora_unet_x.lora_down.weight", "unet.x.lora_A.weight"])
+def test_a_scalar_down_weight_has_no_rank(tmp_path, name):
+    """A hostile header's 0-d down weight: the file is read, its module without a rank (`-`), no traceback."""
+    path = str(tmp_path / "lora.safetensors")
+    save_file({name: torch.tensor(1.0), name.replace("down", "up").replace("lora_A", "lora_B"): torch.zeros(4, 2)}, path)
+    (part,) = summarize(open_checkpoint(path))["lora_file"]["parts"]
+    assert part["ranks"] == {"-": 1}

@@ -103,7 +103,7 @@ def _diffusers_modules(names: Iterable[str], shape: Callable[[str], tuple[int, .
     for name in names:
         module, down = _diffusers_split(name) or (name, False)
         grouped.setdefault(module, []).append(name)
-        if down:
+        if down and shape(name):   # (a 0-d "weight" of a hostile header has no rank)
             ranks[module] = shape(name)[0]
     out = {}
     for module, held in grouped.items():
@@ -114,11 +114,10 @@ def _diffusers_modules(names: Iterable[str], shape: Callable[[str], tuple[int, .
     return out
 
 
+RANK_TENSOR = {"LoRA": "lora_down.weight", "LoHa": "hada_w1_b", "LoKr": "lokr_w2_b"}   # its rows are the rank
+
+
 def _rank(module: str, network: str, tensors: set[str], shape: Callable[[str], tuple[int, ...]]) -> int | None:
-    if network == "LoRA" and "lora_down.weight" in tensors:
-        return shape(f"{module}.lora_down.weight")[0]
-    if network == "LoHa" and "hada_w1_b" in tensors:
-        return shape(f"{module}.hada_w1_b")[0]
-    if network == "LoKr" and "lokr_w2_b" in tensors:
-        return shape(f"{module}.lokr_w2_b")[0]
-    return None
+    held = RANK_TENSOR.get(network)
+    dims = shape(f"{module}.{held}") if held in tensors else ()
+    return dims[0] if dims else None   # (none stored whole, or a 0-d "weight" of a hostile header)
