@@ -79,6 +79,7 @@ def test_modules_and_ranks_are_what_diffusers_reads(tmp_path, models, base, dora
         row["ranks"] = dict(sorted(row["ranks"].items()))
     assert got == want
     assert lora["dora"] is dora and lora["modules"] == len(alphas)
+    assert all(p["networks"] == {"DoRA" if dora else "LoRA": p["modules"]} for p in lora["parts"])
     assert r["architecture"]["family"] == "adapter" and r["parameters"]["unique"] == sum(
         t.numel() for t in converted.values())   # the alphas are buffers, as sd-scripts registers them
     assert lora["training"]["ss_network_dim"] == "4"

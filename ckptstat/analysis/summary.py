@@ -146,8 +146,7 @@ def lora_file_report(ckpt: Checkpoint) -> dict | None:
         row["ranks"][rank] = row["ranks"].get(rank, 0) + 1
         row["networks"][m.network] = row["networks"].get(m.network, 0) + 1
     order = [*dict.fromkeys([*(part for _, part in LORA_PARTS), *LORA_COMPONENTS, "model"])]
-    return {"naming": how, "modules": len(found), "dora": any(m.network == "DoRA" for m in found.values())
-            or any(n.endswith(".dora_scale") for n in ckpt.tensors),
+    return {"naming": how, "modules": len(found), "dora": any(m.network == "DoRA" for m in found.values()),
             "counting": LORA_FILE_COUNTING, "parts": sorted(parts.values(), key=lambda p: order.index(p["part"])),
             "training": {k: v for k, v in ckpt.metadata.items() if k in TRAINING_KEYS}}
 

@@ -1,13 +1,12 @@
 """A LoRA saved as one file without a PEFT config (docs/adapters.md, "LoRA files"), under either of two namings:
 
 - kohya's: what sd-scripts writes and AUTOMATIC1111, ComfyUI, model sites and diffusers' `load_lora_weights` read.
-  Each adapted module is one
-name, its path with `_` for `.` after a part's prefix (`lora_unet_down_blocks_0_attentions_0_proj_in`,
-`lora_te_text_model_encoder_layers_0_self_attn_q_proj`; `lora_te1_` / `lora_te2_` for XL's two text encoders), holding
-the network's tensors: LoRA's `lora_down.weight` [r, in] (a convolution's [r, in, k, k]) and `lora_up.weight`
-[out, r], LyCORIS's LoHa (`hada_w1_a` [out, r], `hada_w1_b` [r, in], `hada_w2_*`) or LoKr (`lokr_w1`, `lokr_w2` or
-their `_a` / `_b` factors), DoRA's `dora_scale`, and `alpha`, a 0-d buffer (sd-scripts networks/lora.py LoRAModule
-registers it) that sets the scale alpha / r.
+  Each adapted module is one name, its path with `_` for `.` after a part's prefix
+  (`lora_unet_down_blocks_0_attentions_0_proj_in`, `lora_te_text_model_encoder_layers_0_self_attn_q_proj`; `lora_te1_`
+  / `lora_te2_` for XL's two text encoders), holding the network's tensors: LoRA's `lora_down.weight` [r, in] (a
+  convolution's [r, in, k, k]) and `lora_up.weight` [out, r], LyCORIS's LoHa (`hada_w1_a` [out, r], `hada_w1_b`
+  [r, in], `hada_w2_*`) or LoKr (`lokr_w1`, `lokr_w2` or their `_a` / `_b` factors), DoRA's `dora_scale`, and
+  `alpha`, a 0-d buffer (sd-scripts networks/lora.py LoRAModule registers it) that sets the scale alpha / r.
 - diffusers': what a pipeline's `save_lora_weights` writes (`pytorch_lora_weights.safetensors`; trainers built on it,
   ai-toolkit's FLUX LoRAs): `<component>.<module path>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r] (peft's
   names, `lora_magnitude_vector` with DoRA), or older diffusers' `.lora.down.weight` / `.lora.up.weight` and
@@ -41,7 +40,7 @@ COMPONENTS = ("unet", "transformer", "text_encoder", "text_encoder_2", "text_enc
 
 class Module(NamedTuple):
     part: str              # unet, text_encoder...
-    network: str           # LoRA, LoHa, LoKr
+    network: str           # LoRA, DoRA (a LoRA with its magnitude), LoHa, LoKr
     rank: int | None       # None: a LoKr factor stored whole (no rank)
     names: tuple[str, ...]
 
@@ -93,7 +92,9 @@ def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]], how: 
     for module, held in grouped.items():
         tensors = {n.partition(".")[2] for n in held}
         network = next((NETWORKS[t] for t in tensors if t in NETWORKS), "")
-        out[module] = Module(part_of(module) or "", network, _rank(module, network, tensors, shape), tuple(held))
+        rank = _rank(module, network, tensors, shape)
+        shown = "DoRA" if network == "LoRA" and "dora_scale" in tensors else network
+        out[module] = Module(part_of(module) or "", shown, rank, tuple(held))
     return out
 
 
