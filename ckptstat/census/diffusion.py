@@ -26,7 +26,6 @@ from typing import NamedTuple
 UNET = "model.diffusion_model."
 # diffusers' CHECKPOINT_KEY_NAMES for the UNet models (single_file_utils.py)
 KEYS = {
-    "v1": UNET + "output_blocks.11.0.skip_connection.weight",
     "v2": UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight",   # its width: OpenCLIP ViT-H's 1024
     "xl_base": "conditioner.embedders.1.model.transformer.resblocks.9.mlp.c_proj.bias",
     "xl_refiner": "conditioner.embedders.0.model.transformer.resblocks.9.mlp.c_proj.bias",
@@ -88,8 +87,8 @@ FLUX_PARTS = (
 )
 # ldm/models/diffusion/ddpm.py: register_schedule's buffers (naming.py gives them the buffer role), LatentDiffusion's
 # scale_factor, and the learned `logvar` (a parameter, with learn_logvar); SGM's (XL) DiscreteDenoiser buffer `sigmas`
-SCHEDULE = frozenset(("denoiser.sigmas",
-    "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
+SCHEDULE = frozenset((
+    "denoiser.sigmas", "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
     "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod", "posterior_variance",
     "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2", "scale_factor", "logvar"))
 OTHER = "other"
@@ -100,7 +99,7 @@ WRAPPERS = ("", "state_dict.")   # the pipeline's names at the top, or under Lig
 
 
 class Layout(NamedTuple):
-    family: str            # stable_diffusion, flux
+    family: str            # stable_diffusion, stable_diffusion_3, flux
     what: str              # what the file holds, in words
     model_type: str        # diffusers' infer_diffusers_model_type
     pipeline: str | None   # the Hub pipeline whose config diffusers reads for it
