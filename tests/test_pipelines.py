@@ -114,3 +114,20 @@ def test_header_only(pipes, component):
             "if m in sys.modules), file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stderr.strip().splitlines()[-1] == "0 []", r.stderr
+
+
+@pytest.mark.parametrize("name", ["sd", "dit", "sdxl"])
+def test_a_diffusers_component_is_its_class(pipes, name):
+    """A diffusers model folder (unet/, vae/, transformer/): the class diffusers wrote in model_index.json, not a
+    family guessed from its tensor names (a UNet's names used to read as unknown, some as a text model's)."""
+    from ckptstat import open_checkpoint
+    from ckptstat.analysis.summary import summarize
+
+    folder, _ = pipes[name]
+    index = json.load(open(os.path.join(folder, "model_index.json")))
+    diffusers_models = {k: v[1] for k, v in index.items() if isinstance(v, list) and v[0] == "diffusers"
+                        and os.path.exists(os.path.join(folder, k, "config.json"))}
+    assert diffusers_models
+    for component, cls in diffusers_models.items():
+        a = summarize(open_checkpoint(os.path.join(folder, component)))["architecture"]
+        assert a == {"family": "diffusers", "source": "config.json", "model_type": None, "architectures": [cls]}

@@ -82,6 +82,9 @@ def _architecture(ckpt: Checkpoint) -> dict:
         return {"family": "adapter", "source": "adapter_config.json", "model_type": str(ckpt.adapter.get("peft_type")),
                 "architectures": []}
     meta = ckpt.metadata if ckpt.declared_architecture else None
+    cls = diffusers_class(ckpt)
+    if cls:   # a diffusers model's own config.json (a pipeline's unet/, vae/...): its class, no model_type
+        return {"family": "diffusers", "source": "config.json", "model_type": None, "architectures": [cls]}
     how = lora_naming(ckpt)
     if how:   # its module names are a base model's: never a model
         return {"family": "adapter", "source": "tensor names", "model_type": f"{how} LoRA file", "architectures": []}
@@ -95,6 +98,13 @@ def _architecture(ckpt: Checkpoint) -> dict:
     a = detect(logical(ckpt).tensors, as_converted(ckpt.config, ckpt.metadata), meta)
     source = ckpt.config_kind if a.source == "config.json" else a.source   # (a pickled model's own config)
     return {"family": a.family, "source": source, "model_type": a.model_type, "architectures": list(a.architectures)}
+
+
+def diffusers_class(ckpt: Checkpoint) -> str | None:
+    """The class a diffusers model's config.json names (`_class_name`, beside `_diffusers_version`), else None."""
+    cfg = ckpt.config or {}
+    cls = cfg.get("_class_name")
+    return cls if isinstance(cls, str) and "_diffusers_version" in cfg and not cfg.get("model_type") else None
 
 
 def lora_naming(ckpt: Checkpoint) -> str | None:

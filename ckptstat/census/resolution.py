@@ -14,7 +14,7 @@ from ..families import by_model_type, get
 from ..families.framework.base import ArchSpec, Family, TieRule
 from ..families.framework.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
 from ..naming import name_forms
-from .counts import diffusion_layout, lora_naming, name_family
+from .counts import diffusers_class, diffusion_layout, lora_naming, name_family
 from .quant import logical
 from .quant.mlx import as_converted
 
@@ -72,6 +72,9 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
                           f"{ckpt.path}: GGUF general.architecture {arch!r} has no analytic model in ckptstat "
                           "(no family reads its metadata; pass --config with the model's config.json)")
     cfg = as_converted(ckpt.config, ckpt.metadata) or gguf_cfg
+    if diffusers_class(ckpt):
+        return Resolution(None, None, None, None, "config.json", f"{ckpt.path}: a diffusers {diffusers_class(ckpt)}: no "
+                          "analytic model (ckptstat models transformers' and llama.cpp's architectures)")
     if cfg:
         mt = cfg.get("model_type")
         family = by_model_type(mt, cfg)

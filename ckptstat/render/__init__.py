@@ -9,6 +9,7 @@ from .fmt import (  # noqa: F401  (re-exported)
     DEFAULT_SEQ_RULE,
     LORA_TITLE,
     MODULE_LINES,
+    UNPLACED_FAMILIES,
     arch_line,
     counts_text,
     human,
@@ -92,7 +93,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
         for n in r["non_parameters"]:
             t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), Name(n["names"][0]))
         console.print(fit_names(t, console, column=4))
-    if a["family"] == "unknown" and r.get("modules"):
+    if a["family"] in UNPLACED_FAMILIES and r.get("modules"):
         _render_modules(r["modules"], console)
     elif r["unplaced"] and not r.get("single_file") and not r.get("lora_file"):   # (their tables place every tensor)
         console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
@@ -221,7 +222,7 @@ def _render_dtypes(r: dict, console: Console) -> None:
 def _render_modules(nodes: list[dict], console: Console) -> None:
     """The summary's module tree (unknown architecture): a total per node; a numbered block `x N` shows
     its total over all N, and its children one block's figures."""
-    t = table("Parameters by module (no architecture known; numbered blocks collapsed)", "module", "params", "bytes",
+    t = table("Parameters by module (no analytic model; numbered blocks collapsed)", "module", "params", "bytes",
                "tensors")
     rows: list[tuple[int, dict]] = []
 

@@ -80,6 +80,8 @@ def single_file_text(one: dict) -> str:
     return f"{one['what']}, diffusers' model type {one['model_type']!r}{where}"
 
 
+# families no rule places by name: the module tree shows their tensors instead of a list of unplaced names
+UNPLACED_FAMILIES = ("unknown", "diffusers")
 COMPONENTS_TITLE = "Components (as diffusers' from_single_file splits the file)"
 LORA_TITLE = "Adapted modules (a LoRA file)"
 

@@ -15,6 +15,7 @@ from . import training_line
 from .fmt import (
     COMPONENTS_TITLE,
     LORA_TITLE,
+    UNPLACED_FAMILIES,
     counts_text,
     human_bytes,
     image_text,
@@ -118,7 +119,7 @@ def _summary(r: dict) -> list[Block]:
             "table", header=["Bucket", "Layer", "Parameters", "Bytes", "Tensors"], align="l",
             rows=[[x["bucket"], str(x["layer"]), _int(x["params"]), _int(x["bytes"]), str(x["tensors"])]
                   for x in s["layers"]])]))
-    if a["family"] == "unknown" and s.get("modules"):
+    if a["family"] in UNPLACED_FAMILIES and s.get("modules"):
         out.append(_modules(s["modules"]))
     if s["non_parameters"]:
         out += [Block("h3", "Not parameters (counted apart)"),
@@ -148,7 +149,7 @@ def _modules(nodes: list[dict]) -> Block:
 
     walk(nodes, 0)
     more = f"; the first {MODULE_LINES} shown, --json has them all" if len(rows) > MODULE_LINES else ""
-    return Block("details", f"Parameters by module ({len(rows)} modules, no architecture known{more})", body=[Block(
+    return Block("details", f"Parameters by module ({len(rows)} modules, no analytic model{more})", body=[Block(
         "table", header=["Module", "Parameters", "Bytes", "Tensors"], rows=rows[:MODULE_LINES])])
 
 
