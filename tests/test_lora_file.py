@@ -141,3 +141,21 @@ def test_a_scalar_down_weight_has_no_rank(tmp_path, name):
     save_file({name: torch.tensor(1.0), name.replace("down", "up").replace("lora_A", "lora_B"): torch.zeros(4, 2)}, path)
     (part,) = summarize(open_checkpoint(path))["lora_file"]["parts"]
     assert part["ranks"] == {"-": 1}
+
+
+def test_peft_weights_without_their_config(tmp_path):
+    """A PEFT adapter's weights copied without their adapter_config.json (peft's own save, a torch .bin): a LoRA file
+    under peft's names, its modules and ranks as peft's config set them, not the llama its module names look like."""
+    import json
+    import shutil
+
+    make_adapters = fixture_script("make_adapters")
+    make_adapters.write_adapter("llama-lora-bin", str(tmp_path / "case"))
+    config = json.loads((tmp_path / "case" / "adapter" / "adapter_config.json").read_text())
+    alone = tmp_path / "alone.bin"
+    shutil.copy(tmp_path / "case" / "adapter" / "adapter_model.bin", alone)
+    r = summarize(open_checkpoint(str(alone)))
+    lora = r["lora_file"]
+    assert lora["naming"] == "peft" and r["architecture"]["model_type"] == "peft LoRA file"
+    (part,) = lora["parts"]
+    assert part["part"] == "model" and set(part["ranks"]) == {str(config["r"])} and lora["dora"] is False

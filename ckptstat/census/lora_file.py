@@ -51,8 +51,13 @@ def part_of(name: str) -> str | None:
 
 def naming(names: Iterable[str]) -> str | None:
     """"kohya" or "diffusers" when every tensor is a module's LoRA tensor under that naming and one is a network's
-    down / A weight; else None."""
-    return "kohya" if _kohya(names) else "diffusers" if _diffusers(names) else None
+    down / A weight ("peft" for diffusers' names all under peft's `base_model.`: a PEFT adapter's weights without their
+    adapter_config.json); else None."""
+    if _kohya(names):
+        return "kohya"
+    if not _diffusers(names):
+        return None
+    return "peft" if all(n.startswith("base_model.") for n in names) else "diffusers"
 
 
 def _kohya(names: Iterable[str]) -> bool:   # (each stops at the first name that is not one: a model's header is long)
@@ -83,7 +88,7 @@ def _diffusers(names: Iterable[str]) -> bool:
 
 def modules(names: Iterable[str], shape: Callable[[str], tuple[int, ...]], how: str = "kohya") -> dict[str, Module]:
     """The adapted modules of a LoRA file under `how`'s naming: each one's part, network and rank (from its shapes)."""
-    if how == "diffusers":
+    if how in ("diffusers", "peft"):
         return _diffusers_modules(names, shape)
     grouped: dict[str, list[str]] = {}
     for name in names:
