@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 single_file_utils = pytest.importorskip("diffusers.loaders.single_file_utils")
 
-from conftest import fixture  # noqa: E402
+from conftest import fixture, fixture_script  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
@@ -452,3 +452,32 @@ def test_a_stable_diffusion_3_all_in_one_file(tmp_path):
     assert {c["component"]: c["params"] for c in one["components"]} == {
         "transformer": sum(p.numel() for p in model.parameters()), "vae": 512 * 16 * 9, "text_encoder": 77 * 768,
         "text_encoder_2": 77 * 1280, "text_encoder_3": 32128 * 4096}
+
+
+# ------------------------------------------------------------------------------------------------ a VAE alone
+
+def test_a_vae_alone(tmp_path):
+    """A VAE in LDM's names alone (as `vae-ft-mse-840000-ema-pruned.safetensors` holds it): the 1.x fixture's VAE, which
+    diffusers' conversion script wrote, without its prefix. AutoencoderKL.from_single_file loads it (with the tiny
+    VAE's config) into a model of as many parameters as ckptstat counts, and of the latent channels it says."""
+    from diffusers import AutoencoderKL
+    from safetensors.torch import load_file, save_file
+
+    state = {k[len("first_stage_model."):]: v for k, v in load_file(fixture("single_file/sd15.safetensors")).items()
+             if k.startswith("first_stage_model.")}
+    path = str(tmp_path / "vae-ft-mse.safetensors")
+    save_file(state, path)
+    config = tmp_path / "vae-config"
+    fixture_script("make_single_file")._vae().save_pretrained(str(config))
+    model = AutoencoderKL.from_single_file(path, config=str(config), local_files_only=True)
+    r = summarize(open_checkpoint(path))
+    one = r["single_file"]
+    assert r["architecture"]["family"] == "vae" and one["model_type"] is None
+    assert f"{model.config.latent_channels} latent channels" in one["what"]
+    (row,) = one["components"]
+    assert row["component"] == "vae" and row["params"] == r["parameters"]["unique"] == sum(
+        p.numel() for p in model.parameters()) == EXPECTED["sd15.safetensors"]["components"]["vae"]
+    # a name outside an autoencoder's parts: not a VAE alone
+    state["model.diffusion_model.out.2.weight"] = torch.zeros(2, 2)
+    save_file(state, path)
+    assert summarize(open_checkpoint(path))["single_file"] is None

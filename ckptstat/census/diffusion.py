@@ -10,7 +10,9 @@ and as diffusers' `from_single_file` reads it (docs/adapters.md, "Single-file di
   `text_encoders.clip_g.`, `text_encoders.t5xxl.`);
 - FLUX.1 (Black Forest Labs' layout): the transformer alone (`double_blocks.`, `single_blocks.`...), or, in ComfyUI's
   all-in-one files, under `model.diffusion_model.` beside the VAE (`vae.`) and the text encoders
-  (`text_encoders.clip_l.`, `text_encoders.t5xxl.`).
+  (`text_encoders.clip_l.`, `text_encoders.t5xxl.`);
+- a VAE alone in LDM's names (`vae-ft-mse-840000-ema-pruned.safetensors`, SDXL's `sdxl_vae`, FLUX's `ae.safetensors`):
+  `encoder.` / `decoder.` with LDM's block names (`mid.attn_1.q`), `quant_conv` / `post_quant_conv` where it has them.
 
 `layout` says whether a checkpoint is one, and which model diffusers would load it as: its model type, by the rules of
 diffusers' `infer_diffusers_model_type` (diffusers/loaders/single_file_utils.py: the key names of CHECKPOINT_KEY_NAMES
@@ -101,7 +103,7 @@ WRAPPERS = ("", "state_dict.")   # the pipeline's names at the top, or under Lig
 class Layout(NamedTuple):
     family: str            # stable_diffusion, stable_diffusion_3, flux
     what: str              # what the file holds, in words
-    model_type: str        # diffusers' infer_diffusers_model_type
+    model_type: str | None   # diffusers' infer_diffusers_model_type (None: a VAE alone, which it does not name)
     pipeline: str | None   # the Hub pipeline whose config diffusers reads for it
     wrapper: str           # what the pipeline's names sit under in the file ("" or "state_dict.")
     parts: tuple[tuple[str, str], ...]   # prefix -> component, first match wins
@@ -120,7 +122,7 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
     if wrapper is None:   # (diffusers tries SD 3 before FLUX.1)
-        return _sd3(names, shape) or _flux(names, shape)
+        return _sd3(names, shape) or _flux(names, shape) or _vae(names, shape)
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):
         return None   # a bare UNet: no pipeline's layout (diffusers reads it as a model, not a pipeline)
@@ -185,6 +187,19 @@ def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | 
         kind = "flux-schnell"
     what = "a FLUX.1 transformer" if inner == "" else "a FLUX.1 pipeline"
     return Layout("flux", what, kind, PIPELINES.get(kind), "", FLUX_PARTS, "transformer" if inner == "" else OTHER)
+
+
+VAE_KEYS = ("encoder.conv_in.weight", "decoder.conv_out.weight", "encoder.mid.attn_1.q.weight")   # LDM's names
+VAE_PARTS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.")
+
+
+def _vae(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """A VAE alone in LDM's names (what `AutoencoderKL.from_single_file` reads): every name under its parts."""
+    if not all(k in names for k in VAE_KEYS) or not all(n.startswith(VAE_PARTS) for n in names):
+        return None
+    latents = _width(shape, "decoder.conv_in.weight", 1)   # its input: the latent channels (4: SD 1.x-XL, 16: SD 3, FLUX)
+    what = "a VAE (LDM's autoencoder" + (f", {latents} latent channels)" if latents else ")")
+    return Layout("vae", what, None, None, "", (), "vae")
 
 
 def component(name: str, one: Layout) -> str:

@@ -99,8 +99,10 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
     one_file = diffusion_layout(ckpt)
     if one_file is not None:
         return Resolution(None, one_file.model_type, None, None, "tensor names",
-                          f"{ckpt.path}: {one_file.what} in one file ({one_file.model_type}): no analytic model of "
-                          "its UNet or transformer, VAE or text encoders; `ckptstat summary` counts each component")
+                          f"{ckpt.path}: {one_file.what} in one file" + (f" ({one_file.model_type})" if one_file.model_type
+                                                                         else "")
+                          + ": no analytic model of a diffusion model's UNet or transformer, VAE or text encoders; "
+                          "`ckptstat summary` counts each component")
     name = name_family(ckpt)
     if name == "unknown":
         return Resolution(None, None, None, None, "the tensor names match no family")

@@ -77,7 +77,7 @@ def input_line(r: dict, seq: int | list[int], flag: str | None, frames: bool = F
 def single_file_text(one: dict) -> str:
     """What a diffusion pipeline saved as one file is (summary/1's `single_file`), for the text and the reports."""
     where = f" (diffusers reads it with {one['pipeline']}'s config)" if one.get("pipeline") else ""
-    return f"{one['what']}, diffusers' model type {one['model_type']!r}{where}"
+    return one["what"] + (f", diffusers' model type {one['model_type']!r}{where}" if one["model_type"] else "")
 
 
 # families no rule places by name: the module tree shows their tensors instead of a list of unplaced names
