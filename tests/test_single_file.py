@@ -270,21 +270,28 @@ def _check_transformer(tmp_path, model, original_names, converter, kind: str, fa
 def test_a_flux_all_in_one_file(tmp_path):
     """ComfyUI's all-in-one FLUX.1 file: the transformer under model.diffusion_model., beside the VAE and the two text
     encoders: each counted apart, the transformer as diffusers' model holds it."""
-    model = _flux_model(num_layers=1, num_single_layers=1)
-    bfl = {"model.diffusion_model." + k: v for k, v in _bfl(model.state_dict()).items()}
-    beside = {"vae.decoder.conv_in.weight": torch.empty((512, 16, 3, 3), device="meta"),
-              "text_encoders.clip_l.transformer.text_model.embeddings.token_embedding.weight":
-                  torch.empty((49408, 768), device="meta"),
-              "text_encoders.t5xxl.transformer.shared.weight": torch.empty((32128, 4096), device="meta")}
-    state = {**bfl, **beside}
-    assert single_file_utils.infer_diffusers_model_type(state) == "flux-dev"
-    path = tmp_path / "flux1-dev-fp8.safetensors"
+    _check_all_in_one(tmp_path, _flux_model(num_layers=1, num_single_layers=1), _bfl, {
+        "vae.decoder.conv_in.weight": ("vae", (512, 16, 3, 3)),
+        "text_encoders.clip_l.transformer.text_model.embeddings.token_embedding.weight": ("text_encoder", (49408, 768)),
+        "text_encoders.t5xxl.transformer.shared.weight": ("text_encoder_2", (32128, 4096))},
+        "flux-dev", "a FLUX.1 pipeline")
+
+
+def _check_all_in_one(tmp_path, model, original_names, beside: dict, kind: str, what: str) -> None:
+    """A transformer under model.diffusion_model. beside the tensors `beside` names ({name: (component, shape)}), as a
+    sparse file: diffusers calls it `kind`, and each component holds what was written under it (the transformer as
+    diffusers' model holds it)."""
+    state = {"model.diffusion_model." + k: v for k, v in original_names(model.state_dict()).items()}
+    state.update({n: torch.empty(shape, device="meta") for n, (_, shape) in beside.items()})
+    assert single_file_utils.infer_diffusers_model_type(state) == kind
+    path = tmp_path / "all-in-one.safetensors"
     _sparse_safetensors(path, state)
     one = summarize(open_checkpoint(str(path)))["single_file"]
-    assert one["model_type"] == "flux-dev" and one["what"] == "a FLUX.1 pipeline"
-    got = {c["component"]: c["params"] for c in one["components"]}
-    assert got == {"transformer": sum(p.numel() for p in model.parameters()), "vae": 512 * 16 * 9,
-                   "text_encoder": 49408 * 768, "text_encoder_2": 32128 * 4096}
+    assert one["model_type"] == kind and one["what"] == what
+    want = {"transformer": sum(p.numel() for p in model.parameters())}
+    for component, shape in beside.values():
+        want[component] = want.get(component, 0) + torch.Size(shape).numel()
+    assert {c["component"]: c["params"] for c in one["components"]} == want
 
 
 def test_flux2_and_chroma_are_not_claimed():
@@ -435,23 +442,12 @@ def test_a_stable_diffusion_3_transformer(tmp_path, kind):
 def test_a_stable_diffusion_3_all_in_one_file(tmp_path):
     """sd3_medium_incl_clips_t5xxlfp8.safetensors' layout: the MMDiT under model.diffusion_model., the VAE under
     first_stage_model., the three text encoders under text_encoders.*: each counted apart."""
-    model = _sd3_model()
-    mmdit = {"model.diffusion_model." + k: v for k, v in _sai(model.state_dict()).items()}
-    beside = {"first_stage_model.decoder.conv_in.weight": torch.empty((512, 16, 3, 3), device="meta"),
-              "text_encoders.clip_l.transformer.text_model.embeddings.position_embedding.weight":
-                  torch.empty((77, 768), device="meta"),
-              "text_encoders.clip_g.transformer.text_model.embeddings.position_embedding.weight":
-                  torch.empty((77, 1280), device="meta"),
-              "text_encoders.t5xxl.transformer.shared.weight": torch.empty((32128, 4096), device="meta")}
-    state = {**mmdit, **beside}
-    assert single_file_utils.infer_diffusers_model_type(state) == "sd3"
-    path = tmp_path / "sd3_medium_incl_clips.safetensors"
-    _sparse_safetensors(path, state)
-    one = summarize(open_checkpoint(str(path)))["single_file"]
-    assert one["what"] == "a Stable Diffusion 3 pipeline"
-    assert {c["component"]: c["params"] for c in one["components"]} == {
-        "transformer": sum(p.numel() for p in model.parameters()), "vae": 512 * 16 * 9, "text_encoder": 77 * 768,
-        "text_encoder_2": 77 * 1280, "text_encoder_3": 32128 * 4096}
+    _check_all_in_one(tmp_path, _sd3_model(), _sai, {
+        "first_stage_model.decoder.conv_in.weight": ("vae", (512, 16, 3, 3)),
+        "text_encoders.clip_l.transformer.text_model.embeddings.position_embedding.weight": ("text_encoder", (77, 768)),
+        "text_encoders.clip_g.transformer.text_model.embeddings.position_embedding.weight": ("text_encoder_2", (77, 1280)),
+        "text_encoders.t5xxl.transformer.shared.weight": ("text_encoder_3", (32128, 4096))},
+        "sd3", "a Stable Diffusion 3 pipeline")
 
 
 # ------------------------------------------------------------------------------------------------ a VAE alone
