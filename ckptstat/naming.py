@@ -75,17 +75,6 @@ ROLE_RULES = _rules([
     # connectors/checkpoint_connector.py dump_checkpoint: ModelCheckpoint's kth_value, best_model_score...)
     (r"^(callbacks|loops|lr_schedulers)\.", "metric"),
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
-    # Stable Diffusion's one-file saves (census/diffusion.py): the UNet's EMA copy, LitEma's buffers named without
-    # dots (`model_ema.diffusion_modelinput_blocks00weight`, `model_ema.decay`), SGM's denoiser and LDM's
-    # DDPM.register_schedule's buffers;
-    # under `state_dict.` in the trainer's own .ckpt (Lightning)
-    (r"^(state_dict\.)?model_ema\.\w+$", "buffer"),
-    (r"^(state_dict\.)?denoiser\.sigmas$", "buffer"),   # SGM (XL): sgm/modules/diffusionmodules/denoiser.py
-    # a LoRA file under kohya's names: each module's alpha, a 0-d buffer (sd-scripts networks/lora.py LoRAModule)
-    (r"^lora_(unet|te\d?)_\w+\.alpha$", "buffer"),
-    (r"^(state_dict\.)?(betas|alphas_cumprod|alphas_cumprod_prev|sqrt_alphas_cumprod|sqrt_one_minus_alphas_cumprod|"
-     r"log_one_minus_alphas_cumprod|sqrt_recip_alphas_cumprod|sqrt_recipm\d_alphas_cumprod|posterior_variance|"
-     r"posterior_log_variance_clipped|posterior_mean_coef\d|scale_factor)$", "buffer"),   # (\d: rules see numbers as k)
     # rotary caches (LLaMA, GPT-NeoX; transformers 5: original_inv_freq, Gemma 3's {layer_type}_inv_freq), fairseq
     (r"(^|\.)([a-z_]*inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),
     # GGUF rope scaling tables (Llama 3, Phi-3)

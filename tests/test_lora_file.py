@@ -60,8 +60,9 @@ def _kohya(models: dict, dora: bool) -> dict:
 def test_modules_and_ranks_are_what_diffusers_reads(tmp_path, models, base, dora):
     state = _kohya(models[base], dora)
     path = str(tmp_path / "lora.safetensors")
-    save_file(state, path, metadata={"ss_network_module": "networks.lora", "ss_network_dim": "4",
-                                     "ss_network_alpha": "2", "ss_base_model_version": "sd_v1"})
+    record = {"ss_network_module": "networks.lora", "ss_network_dim": "4", "ss_network_alpha": "2",
+              "ss_base_model_version": "sd_v1", "ss_cache_latents": "True"}   # (the last: no line shows it)
+    save_file(state, path, metadata=record)
     converted, alphas = conversion._convert_non_diffusers_lora_to_diffusers(dict(state))
     want: dict = {}
     for name, t in converted.items():
@@ -82,7 +83,7 @@ def test_modules_and_ranks_are_what_diffusers_reads(tmp_path, models, base, dora
     assert all(p["networks"] == {"DoRA" if dora else "LoRA": p["modules"]} for p in lora["parts"])
     assert r["architecture"]["family"] == "adapter" and r["parameters"]["unique"] == sum(
         t.numel() for t in converted.values())   # the alphas are buffers, as sd-scripts registers them
-    assert lora["training"]["ss_network_dim"] == "4"
+    assert lora["training"] == {k: v for k, v in record.items() if k != "ss_cache_latents"}
 
 
 def test_the_cli_says_what_it_is(cli, tmp_path, models):

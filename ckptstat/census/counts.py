@@ -12,6 +12,8 @@ from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
 from .diffusion import Layout, layout
+from .diffusion import is_buffer as diffusion_buffer
+from .lora_file import is_buffer as lora_buffer
 from .lora_file import naming
 from .quant import logical
 from .quant import roles as quant_roles
@@ -32,9 +34,13 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
         from ..families.buffer_table import roles  # (the family modules load with a class to look up)
         out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in roles(list(out), ckpt.config).items()
                     if out[n].role in ("parameter", "buffer")})
+    # what a file that is no one model registers as buffers, under names the rules read as parameters: a one-file
+    # diffusion model's EMA copy, noise schedule and SD 3's pos_embed; a LoRA file's alphas
     one_file = diffusion_layout(ckpt)
-    if one_file is not None:   # a one-file diffusion model's buffers under names the rules cannot tell (SD 3's pos_embed)
-        out.update({n: Placement(out[n].bucket, out[n].layer, "buffer") for n in one_file.buffers if n in out})
+    buffer = (lambda n: diffusion_buffer(n, one_file)) if one_file else lora_buffer if lora_naming(ckpt) else None
+    if buffer is not None:
+        out.update({n: Placement(p.bucket, p.layer, "buffer") for n, p in out.items()
+                    if p.role == "parameter" and buffer(n)})
     # what the file says a tensor is (formats/torch/pt2.py: buffers and constants)
     out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in ckpt.roles.items()
                 if n in out and out[n].role == "parameter"})

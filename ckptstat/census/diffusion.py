@@ -69,7 +69,7 @@ UNET_PARTS = (
     ("conditioner.embedders.0.transformer.", "text_encoder"),               # XL: CLIP ViT-L
     ("conditioner.embedders.1.model.", "text_encoder_2"),                   # XL: OpenCLIP ViT-bigG
     ("conditioner.embedders.0.model.", "text_encoder_2"),                   # XL refiner: OpenCLIP ViT-bigG alone
-    ("model_ema.", "unet EMA copy"),                                        # ldm/modules/ema.py LitEma (buffers)
+    ("model_ema.", "unet EMA copy"),                                        # ldm/modules/ema.py LitEma
 )
 # OpenCLIP text encoders (2.x's ViT-H, XL's bigG): diffusers loads `transformer.*` and the names its
 # DIFFUSERS_TO_LDM_MAPPING["openclip"]["layers"] maps, but for 2.x not the last block nor text_projection
@@ -87,12 +87,12 @@ FLUX_PARTS = (
     (UNET, "transformer"), ("vae.", "vae"), ("first_stage_model.", "vae"),
     ("text_encoders.clip_l.", "text_encoder"), ("text_encoders.t5xxl.", "text_encoder_2"),   # FluxPipeline's names
 )
-# ldm/models/diffusion/ddpm.py: register_schedule's buffers (naming.py gives them the buffer role), LatentDiffusion's
-# scale_factor, and the learned `logvar` (a parameter, with learn_logvar); SGM's (XL) DiscreteDenoiser buffer `sigmas`
+# The noise schedule's buffers: ldm/models/diffusion/ddpm.py register_schedule's, LatentDiffusion's scale_factor, SGM's
+# (XL) DiscreteDenoiser `sigmas` (a learned `logvar`, with learn_logvar, is a parameter: "other")
 SCHEDULE = frozenset((
     "denoiser.sigmas", "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
     "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod", "posterior_variance",
-    "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2", "scale_factor", "logvar"))
+    "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2", "scale_factor"))
 OTHER = "other"
 SCHEDULE_COMPONENT = "noise schedule"
 
@@ -212,6 +212,17 @@ def component(name: str, one: Layout) -> str:
         if name.startswith(prefix):
             return _openclip(prefix, name[len(prefix):], part) if prefix in OPENCLIP else part
     return SCHEDULE_COMPONENT if name in SCHEDULE else one.rest
+
+
+# The components the trainer registers as buffers, whatever their names say: LitEma's copy (its `num_updates` a
+# counter by the name rules) and the noise schedule
+BUFFER_PARTS = ("unet EMA copy", SCHEDULE_COMPONENT)
+
+
+def is_buffer(name: str, one: Layout) -> bool:
+    """A tensor the layout's models register as a buffer, which the name rules alone would call a parameter: the EMA
+    copy, the noise schedule, and a layout's own (SD 3's `pos_embed`)."""
+    return name in one.buffers or component(name, one) in BUFFER_PARTS
 
 
 def _openclip(prefix: str, rest: str, part: str) -> str:

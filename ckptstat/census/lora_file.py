@@ -38,6 +38,11 @@ DIFFUSERS = {".lora_A.weight": True, ".lora_B.weight": False, ".lora_B.bias": Fa
 COMPONENTS = ("unet", "transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "prior", "decoder")
 
 
+def is_buffer(name: str) -> bool:
+    """A module's `alpha`: a 0-d buffer (sd-scripts networks/lora.py LoRAModule registers it), not a trainable tensor."""
+    return name.endswith(".alpha")
+
+
 class Module(NamedTuple):
     part: str              # unet, text_encoder...
     network: str           # LoRA, DoRA (a LoRA with its magnitude), LoHa, LoKr

@@ -72,8 +72,8 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
                           f"{ckpt.path}: GGUF general.architecture {arch!r} has no analytic model in ckptstat "
                           "(no family reads its metadata; pass --config with the model's config.json)")
     cfg = as_converted(ckpt.config, ckpt.metadata) or gguf_cfg
-    if diffusers_class(ckpt):
-        return Resolution(None, None, None, None, "config.json", f"{ckpt.path}: a diffusers {diffusers_class(ckpt)}: no "
+    if cls := diffusers_class(ckpt):
+        return Resolution(None, None, None, None, "config.json", f"{ckpt.path}: a diffusers {cls}: no "
                           "analytic model (ckptstat models transformers' and llama.cpp's architectures)")
     if cfg:
         mt = cfg.get("model_type")

@@ -149,8 +149,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
 def _render_components(one: dict, total: int, console: Console) -> None:
     """A diffusion pipeline in one file, by component (analysis/summary.py single_file)."""
     console.print(Text("one file     ").append_text(safe(single_file_text(one))))
-    t = table(COMPONENTS_TITLE, "component", "params", "share", "bytes",
-              "tensors", "buffers")
+    t = table(COMPONENTS_TITLE, "component", "params", "share", "bytes", "tensors", "buffers")
     for c in one["components"]:
         t.add_row(c["component"], f"{c['params']:,}", f"{100 * c['params'] / total:.2f}%" if total else "-",
                   human_bytes(c["bytes"]), str(c["tensors"]), str(c["buffers"]))
@@ -158,7 +157,7 @@ def _render_components(one: dict, total: int, console: Console) -> None:
 
 
 def _render_lora_file(lora: dict, console: Console) -> None:
-    """A LoRA file under kohya's names (analysis/summary.py lora_file_report)."""
+    """A LoRA file without a PEFT config (analysis/summary.py lora_file_report)."""
     console.print(Text("lora file    ").append_text(safe(lora_file_text(lora))))
     t = table(LORA_TITLE, "part", "modules", "params", "network", "ranks")
     for p in lora["parts"]:
@@ -187,7 +186,7 @@ def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
 
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
-    if r.get("lora_file"):   # a LoRA file under kohya's names: its modules by part, not buckets of a model
+    if r.get("lora_file"):   # a LoRA file: its modules by part, not buckets of a model
         _render_lora_file(r["lora_file"], console)
         _render_dtypes(r, console)
         return

@@ -92,7 +92,7 @@ def counts_text(counts: dict) -> str:
 
 
 def lora_file_text(lora: dict) -> str:
-    """A LoRA file under kohya's names, in a line: its modules, DoRA, and sd-scripts' own record of its training."""
+    """A LoRA file (any naming), in a line: its modules, DoRA, and sd-scripts' own record of its training if kept."""
     t = lora["training"]
     said = [f"{label} {t[k]}" for k, label in (("ss_network_module", "network"), ("ss_network_dim", "dim"),
                                                 ("ss_network_alpha", "alpha"), ("ss_base_model_version", "base"),

@@ -299,16 +299,19 @@ _TYPES = ("typing.Any", *(f"builtins.{t}" for t in ("dict", "list", "tuple", "st
 # accelerate's state), plain data only as pickle rebuilds them: an "object" built without a call (NEWOBJ, then BUILD:
 # its attributes), an "enum" looked up by one value (REDUCE: a Member) (formats/trainer_classes.json, written from
 # transformers, accelerate and trl by fixtures/make_trainer_classes.py).
-TRAINER_CLASSES: dict[str, str] = json.loads(
-    (Path(__file__).parent.parent / "trainer_classes.json").read_text(encoding="utf-8"))["classes"]
+def _generated(name: str) -> Any:
+    """A table of formats/ that a fixtures/make_*.py script wrote: its "classes"."""
+    return json.loads((Path(__file__).parent.parent / name).read_text(encoding="utf-8"))["classes"]
+
+
+TRAINER_CLASSES: dict[str, str] = _generated("trainer_classes.json")
 
 
 # The callback classes PyTorch Lightning 1.0 to 1.4 key a checkpoint's `callbacks` dict by (`{ModelCheckpoint: state}`:
 # Stable Diffusion 1.x's .ckpt files), only named, never called (formats/lightning_callbacks.json, read from those
 # releases' wheels by fixtures/make_lightning_callbacks.py). Plain data for scan only where every reference is a dict's
 # key (pickle_machine.Machine.keyed).
-CALLBACK_KEYS: frozenset[str] = frozenset(json.loads(
-    (Path(__file__).parent.parent / "lightning_callbacks.json").read_text(encoding="utf-8"))["classes"])
+CALLBACK_KEYS: frozenset[str] = frozenset(_generated("lightning_callbacks.json"))
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,11 @@ class Member:
     """An Enum member, pickled as `cls(value)`: its class's name and its value."""
     shown: str
     value: Any
+
+    @classmethod
+    def of(cls, enum: str, value: Any) -> Member:
+        """The member of the Enum class `enum` (its qualified name) whose value is `value`."""
+        return cls(enum.rpartition(".")[2], value)
 
 
 MEMBER_VALUE = (str, int, float, bool, type(None))   # what an Enum member's value is in the configs read here
@@ -325,7 +333,7 @@ def _member(name: str) -> Callable[..., Member]:
     def build(*args: Any) -> Member:
         if len(args) != 1 or not isinstance(args[0], MEMBER_VALUE):
             raise Refused(f"{name} called with {len(args)} argument(s), not a member's one plain value")
-        return Member(name.rpartition(".")[2], args[0])
+        return Member.of(name, args[0])
     return build
 
 

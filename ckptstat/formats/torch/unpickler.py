@@ -45,7 +45,7 @@ BUILD_FLOOR = 16 << 20     # bytes the calls of any pickle may build, beyond lim
 # budget: a memoised tensor is named again for 2 bytes of pickle (BINGET), and real saves spend ~130 bytes a tensor.
 TENSOR_BYTES = 1024
 MEMO_ENTRY_BYTES = 100     # a memo entry: its int key and dict slot (also charged by scan's walk, pickle_walk.py)
-MEMBER_BYTES = 200         # an enum call read as a Member, and its entry in SafeUnpickler.members (6 bytes of pickle)
+MEMBER_BYTES = 200         # an enum call read as a Member, and its entry in SafeUnpickler.members (from 6 bytes)
 
 _CONTAINER_OPS = {pickle.APPEND, pickle.APPENDS, pickle.SETITEM, pickle.SETITEMS, pickle.ADDITEMS,
                   pickle.LIST, pickle.TUPLE, pickle.DICT, pickle.FROZENSET}
@@ -184,7 +184,7 @@ class SafeUnpickler(pickle._Unpickler):
         func = self.stack[-1]
         if isinstance(func, Named) and isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], MEMBER_VALUE):
             # an Enum member as pickle rebuilds it, `cls(value)`: read only where an omegaconf EnumNode holds it
-            member = Member(func.name.rpartition(".")[2], args[0])
+            member = Member.of(func.name, args[0])
             self.members[id(member)] = (func.name, member)
             self.stack[-1] = member
             self.built += MEMBER_BYTES
