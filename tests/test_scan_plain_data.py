@@ -217,6 +217,7 @@ def test_numpy_object_arrays_of_plain_data(tmp_path):
 
 transformers = pytest.importorskip("transformers")
 _trainer_classes = fixture_script("make_trainer_classes")
+VARIANTS = range(len(_trainer_classes._variants()))   # (each TrainingArguments variant the table was written from)
 
 
 def test_the_trainer_table_is_the_installed_libraries():
@@ -250,7 +251,7 @@ def test_a_trl_runs_training_args(tmp_path):
         expected["arguments"]["packing"]   # (SFTConfig's own fields, not TrainingArguments')
 
 
-@pytest.mark.parametrize("i", range(4))
+@pytest.mark.parametrize("i", VARIANTS)
 def test_training_args_scan_safe_and_load_running_nothing(tmp_path, i):
     """The Trainer's `torch.save(self.args, "training_args.bin")` of TrainingArguments and Seq2SeqTrainingArguments
     (defaults, every strategy and option set): safe, the classes torch lists outside its allowlist named as plain data;
@@ -280,7 +281,7 @@ def _as_read(v: object) -> object:
         else v
 
 
-@pytest.mark.parametrize("i", range(4))
+@pytest.mark.parametrize("i", VARIANTS)
 def test_training_args_read_as_torch_gives_them(tmp_path, i):
     """`ckptstat summary training_args.bin` lists the arguments, each as torch.load(weights_only=False) gives it back
     (enums by value, their class as the type), nothing imported or called."""
