@@ -239,7 +239,7 @@ HOSTILE = {
     "alignment not power of two": (gguf_bytes(kvs=[kv("general.alignment", 4, struct.pack("<I", 48))], align=48),
                                    "not a power of two"),
     "alignment zero": (gguf_bytes(kvs=[kv("general.alignment", 4, struct.pack("<I", 0))]), "not a power of two"),
-    "n_dims 5": (gguf_bytes(tis=[ti("a", (1, 1, 1, 1, 4))]), "n_dims 5 exceeds 4"),
+    "n_dims 9": (gguf_bytes(tis=[ti("a", (1, 1, 1, 1, 1, 1, 1, 1, 4))]), "n_dims 9 exceeds 8"),
     "n_dims huge": (gguf_bytes(tis=[ti("a", (), n_dims=2**31)]), "n_dims"),
     "dim past int64": (gguf_bytes(tis=[ti("a", (2**63,))]), "overflow int64"),
     "dims product past int64": (gguf_bytes(tis=[ti("a", (2**40, 2**40))]), "overflow int64"),

@@ -13,6 +13,7 @@ from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
 from .diffusion import Layout, layout
 from .diffusion import is_buffer as diffusion_buffer
+from .diffusion_dit import layout as dit_layout
 from .lora_file import is_buffer as lora_buffer
 from .lora_file import naming
 from .quant import logical
@@ -124,7 +125,9 @@ def diffusion_layout(ckpt: Checkpoint) -> Layout | None:
     def find(c: Checkpoint) -> Layout | None:
         if c.config or c.adapter is not None:
             return None
-        return layout(c.tensors, lambda n: tuple(c.tensors[n].shape) if n in c.tensors else None)
+        def shape(n: str) -> tuple[int, ...] | None:
+            return tuple(c.tensors[n].shape) if n in c.tensors else None
+        return layout(c.tensors, shape) or dit_layout(c.tensors, shape)
     return ckpt.derived("diffusion_layout", find)
 
 

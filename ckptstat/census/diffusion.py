@@ -59,6 +59,10 @@ PIPELINES = {
     "sd35_large": "stabilityai/stable-diffusion-3.5-large",
     "flux-dev": "black-forest-labs/FLUX.1-dev", "flux-fill": "black-forest-labs/FLUX.1-Fill-dev",
     "flux-depth": "black-forest-labs/FLUX.1-Depth-dev", "flux-schnell": "black-forest-labs/FLUX.1-schnell",
+    "flux-2-dev": "black-forest-labs/FLUX.2-dev", "hunyuan-video": "hunyuanvideo-community/HunyuanVideo",
+    "wan-t2v-1.3B": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan-t2v-14B": "Wan-AI/Wan2.1-T2V-14B-Diffusers",
+    "wan-i2v-14B": "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "wan-animate-14B": "Wan-AI/Wan2.2-Animate-14B-Diffusers",
+    "wan-vace-1.3B": "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "wan-vace-14B": "Wan-AI/Wan2.1-VACE-14B-diffusers",
 }
 # Prefix -> the pipeline component from_single_file loads from it (first match wins)
 UNET_PARTS = (
@@ -111,7 +115,7 @@ class Layout(NamedTuple):
     buffers: tuple[str, ...] = ()   # names the model registers as buffers that the name rules cannot tell
 
 
-def _width(shape: Callable[[str], tuple[int, ...] | None], key: str, axis: int) -> int | None:
+def axis_size(shape: Callable[[str], tuple[int, ...] | None], key: str, axis: int) -> int | None:
     s = shape(key)
     return s[axis] if s is not None and len(s) > max(axis, -axis - 1) else None
 
@@ -131,7 +135,7 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
         return wrapper + key in names
 
     def width(key: str, axis: int) -> int | None:
-        return _width(shape, wrapper + key, axis)
+        return axis_size(shape, wrapper + key, axis)
 
     channels = width(KEYS["inpainting"], 1)
     v2 = has(KEYS["v2"]) and width(KEYS["v2"], -1) == 1024
@@ -162,8 +166,8 @@ def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | N
     inner = next((p for p in ("", UNET) if p + KEYS["sd3"] in names or p + KEYS["sd35_large"] in names), None)
     if inner is None:
         return None
-    if _width(shape, inner + KEYS["sd3"], -1) == 9216:
-        positions = _width(shape, inner + KEYS["sd3-pos"], 1)
+    if axis_size(shape, inner + KEYS["sd3"], -1) == 9216:
+        positions = axis_size(shape, inner + KEYS["sd3-pos"], 1)
         kind = "sd3" if positions == 36864 else "sd35_medium" if positions == 147456 else None
     else:
         kind = "sd35_large" if inner + KEYS["sd35_large"] in names else None
@@ -181,7 +185,7 @@ def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | 
     if inner is None or any(p + k in names for p in ("", UNET) for k in NOT_FLUX1):
         return None
     if inner + KEYS["flux-guidance"] in names:
-        width = _width(shape, inner + KEYS["flux-img-in"], 1)
+        width = axis_size(shape, inner + KEYS["flux-img-in"], 1)
         kind = "flux-fill" if width == 384 else "flux-depth" if width == 128 else "flux-dev"
     else:
         kind = "flux-schnell"
@@ -190,14 +194,14 @@ def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | 
 
 
 VAE_KEYS = ("encoder.conv_in.weight", "decoder.conv_out.weight", "encoder.mid.attn_1.q.weight")   # LDM's names
-VAE_PARTS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.")
+VAE_PARTS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.", "bn.")   # bn.: FLUX.2's latent BatchNorm
 
 
 def _vae(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
     """A VAE alone in LDM's names (what `AutoencoderKL.from_single_file` reads): every name under its parts."""
     if not all(k in names for k in VAE_KEYS) or not all(n.startswith(VAE_PARTS) for n in names):
         return None
-    latents = _width(shape, "decoder.conv_in.weight", 1)   # its input: the latent channels (4: SD 1.x-XL, 16: SD 3, FLUX)
+    latents = axis_size(shape, "decoder.conv_in.weight", 1)   # its input: the latent channels (4: SD 1.x-XL, 16: SD 3, FLUX)
     what = "a VAE (LDM's autoencoder" + (f", {latents} latent channels)" if latents else ")")
     return Layout("vae", what, None, None, "", (), "vae")
 

@@ -1,7 +1,7 @@
 """GGUF, the llama.cpp / ggml file (docs/formats.md section 6; ggml docs/gguf.md, ggml/src/gguf.cpp, gguf-py).
 
 Layout, little-endian: `GGUF`, u32 version (2 or 3), u64 tensor_count, u64 kv_count; kv_count key-values
-(string key, u32 value type, value); tensor_count tensor infos (string name, u32 n_dims <= 4, n_dims x u64
+(string key, u32 value type, value); tensor_count tensor infos (string name, u32 n_dims (gguf.cpp: <= 4), n_dims x u64
 dims with ne[0] the fastest-varying, u32 ggml type, u64 offset); then padding to `general.alignment`
 (default 32) and the data section, where each tensor's offset is relative to the section's start.
 A string is a u64 byte length and UTF-8 bytes.
@@ -34,7 +34,12 @@ if TYPE_CHECKING:  # numpy is imported where values are read, not on the header-
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)          # version 1 had 32-bit counts and lengths; llama.cpp dropped it
 DEFAULT_ALIGNMENT = 32     # GGUF_DEFAULT_ALIGNMENT
-MAX_DIMS = 4               # GGML_MAX_DIMS
+# A bound on a header's rank: llama.cpp's gguf.cpp refuses past GGML_MAX_DIMS (4), but gguf-py writes and reads any
+# rank, and ComfyUI-GGUF's video models (Wan, HunyuanVideo) keep their 5-D patch embeddings (tools/fix_5d_tensors.py)
+MAX_DIMS = 8
+# ComfyUI-GGUF's record of a tensor's shape before it was flattened to rows of 256 for quantisation (tools/convert.py
+# `shape_fix`: SD 1.x, XL), which its loader reads back: the tensor's logical shape, its elements in the same order
+ORIG_SHAPE = "comfy.gguf.orig_shape."
 
 # ggml type code (gguf-py constants.py GGMLQuantizationType) -> canonical dtype in dtypes.DTYPES.
 GGML_TYPES = {
@@ -179,7 +184,8 @@ def _scalar_text(code: int, value: object) -> str:
 
 
 def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
-    """(text for Checkpoint.metadata, the raw value for scalars; None for arrays)."""
+    """(text for Checkpoint.metadata, the raw value for scalars: (element type, items) for a short array shown whole,
+    None for other arrays and strings)."""
     if code not in VALUE_TYPES:
         raise cur.bad(f"key {key!r}: unknown value type {code}")
     if code == STRING:
@@ -210,7 +216,7 @@ def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
         cur.skip_strings(count, f"array {key!r}")
     elif count <= SHOWN_ARRAY_ITEMS:
         items = cur.unpack(f"{count}{fmt}", f"array {key!r}")
-        return "[" + ", ".join(_scalar_text(elem, v) for v in items) + "]", None
+        return "[" + ", ".join(_scalar_text(elem, v) for v in items) + "]", (elem, items)
     else:
         cur.skip(count * _MIN_SIZE[elem], f"array {key!r}")
     return f"<array of {count} {type_name}>", None
@@ -366,7 +372,8 @@ def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split |
             raise cur.bad(f"tensor {name!r}: row length {ne[0] if ne else 1} is not a multiple of the "
                           f"{dtype} block size {dt.block}")
         # ne[0] varies fastest (ggml's ne[]), so numpy's C-order shape is the reverse.
-        infos.append((name, dtype, tuple(reversed(ne)), offset, dt.nbytes(numel), code))
+        shape = _orig_shape(cur, name, scalars, numel) if ORIG_SHAPE + name in scalars else tuple(reversed(ne))
+        infos.append((name, dtype, shape, offset, dt.nbytes(numel), code))
 
     data_start = -(-cur.pos // alignment) * alignment
     if infos and data_start > size:
@@ -389,6 +396,18 @@ def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split |
     return Checkpoint(path=path, format="gguf", tensors=tensors, files=(path,), metadata=metadata,
                       readers={path: read_gguf}, declared_architecture=str(metadata["general.architecture"])
                       if "general.architecture" in metadata else None), split
+
+
+def _orig_shape(cur: _Cursor, name: str, scalars: dict[str, tuple[int, object]], numel: int) -> tuple[int, ...]:
+    """The shape ComfyUI-GGUF recorded for a tensor it flattened (ORIG_SHAPE), checked against its elements."""
+    key = ORIG_SHAPE + name
+    code, value = scalars[key]
+    if code != ARRAY or not isinstance(value, tuple) or value[0] not in _INT_TYPES or len(value[1]) > MAX_DIMS:
+        raise cur.bad(f"{key} is not an array of at most {MAX_DIMS} integers")
+    shape = tuple(int(d) for d in value[1])
+    if any(d < 0 for d in shape) or math.prod(shape) != numel:
+        raise cur.bad(f"{key} {list(shape)} does not hold the tensor's {numel} elements")
+    return shape
 
 
 def read_gguf(info: TensorInfo, start: int, count: int) -> NDArray[Any]:

@@ -1,0 +1,222 @@
+"""The video and image diffusion transformers after FLUX.1, and their VAEs, saved as one file (census/diffusion_dit.py,
+docs/adapters.md "Single-file diffusion checkpoints"): Wan 2.1 and 2.2, HunyuanVideo, FLUX.2.
+
+Oracles:
+- fixtures/single_file/dit_headers.json (fixtures/make_dit_headers.py): each model's tensor names and shapes as its
+  authors' own code writes them (Wan-Video's WanModel, VaceWanModel and VAEs, Tencent's HYVideoDiffusionTransformer,
+  Black Forest Labs' Flux2 and AutoEncoder, built at their released sizes on the meta device), with the model's
+  `parameters()` and buffers.
+- diffusers (the test install's 0.42.1): `infer_diffusers_model_type` on the same names and shapes, and the config
+  repository DIFFUSERS_DEFAULT_PIPELINE_PATHS names for it.
+- gguf-py: a ComfyUI-GGUF file of the same names (its rules: vectors, modulations and the 5-D patch embedding in F32,
+  the rest quantised), its tensors as the gguf library's reader counts them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import pytest
+
+torch = pytest.importorskip("torch")
+single_file_utils = pytest.importorskip("diffusers.loaders.single_file_utils")
+
+from conftest import fixture  # noqa: E402
+
+from ckptstat import open_checkpoint  # noqa: E402
+from ckptstat.analysis.summary import summarize  # noqa: E402
+from ckptstat.errors import CorruptCheckpointError  # noqa: E402
+
+HEADERS = json.loads(open(fixture("single_file/dit_headers.json"), encoding="utf-8").read())
+MODELS = HEADERS["models"]
+FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyuanvideo-t2v": "hunyuan_video",
+            "flux2-dev": "flux2"}
+UNET = "model.diffusion_model."
+
+
+def _family(label: str) -> str:
+    return FAMILIES.get(label, "wan")
+
+
+def _sparse_safetensors(path, tensors: dict, prefix: str = "") -> None:
+    """A bf16 safetensors file of these names and shapes whose data region is a hole (a 32B model in its header)."""
+    header, offset = {}, 0
+    for name, shape in tensors.items():
+        n = 2 * math.prod(shape)
+        header[prefix + name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
+def _diffusers_type(tensors: dict, prefix: str = "") -> str | None:
+    meta = {prefix + n: torch.empty(s, device="meta") for n, s in tensors.items()}
+    try:
+        return single_file_utils.infer_diffusers_model_type(meta)
+    except UnboundLocalError:   # (a branch of diffusers' that names no type)
+        return None
+
+
+def test_the_headers_say_what_wrote_them():
+    by = HEADERS["written_by"]
+    assert by["script"] == "fixtures/make_dit_headers.py" and set(by["repositories"]) == {
+        "Wan-Video/Wan2.1", "Wan-Video/Wan2.2", "Tencent-Hunyuan/HunyuanVideo", "black-forest-labs/flux2"}
+    assert all(m["source"].split("@")[0] in by["repositories"] for m in MODELS.values())
+
+
+@pytest.mark.parametrize("label", sorted(MODELS))
+def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
+    """At its real size, in its authors' names: diffusers' model type and config repository, the authors' model's
+    parameters, its buffers apart."""
+    m = MODELS[label]
+    path = tmp_path / "model.safetensors"
+    _sparse_safetensors(path, m["tensors"])
+    r = summarize(open_checkpoint(str(path)))
+    one = r["single_file"]
+    kind = _diffusers_type(m["tensors"])
+    if label == "flux2-ae":   # an LDM-named VAE alone: diffusers' rules fall through to "v1" (no type of its own)
+        assert kind == "v1" and one["model_type"] is None
+    else:
+        assert one["model_type"] == kind
+    assert r["architecture"]["family"] == _family(label)
+    assert one["pipeline"] == (single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS[kind]["pretrained_model_name_or_path"]
+                               if one["model_type"] else None)
+    assert r["parameters"]["unique"] == m["parameters"]
+    (row,) = one["components"]
+    assert row["params"] == m["parameters"] and row["buffers"] == len(m["buffers"])
+    assert row["component"] == ("vae" if _family(label) == "vae" else "transformer")
+
+
+@pytest.mark.parametrize("label", sorted(MODELS))
+def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
+    """The description names the released configuration's sizes (diffusers' type does not: Wan 2.2's 5B is
+    "wan-i2v-14B" to it)."""
+    m, c = MODELS[label], MODELS[label]["config"]
+    path = tmp_path / "model.safetensors"
+    _sparse_safetensors(path, m["tensors"])
+    what = summarize(open_checkpoint(str(path)))["single_file"]["what"]
+    if _family(label) == "wan":
+        assert f"width {c['dim']}, {c['num_layers']} blocks, {c['in_dim']} input channels" in what
+        assert ("VACE" in what) == (c["model_type"] == "vace")
+        assert ("image input" in what) == (c["model_type"] in ("i2v", "flf2v") and label.startswith("wan2.1"))
+        assert ("first and last frames" in what) == (c["model_type"] == "flf2v")
+        if c["model_type"] == "vace":
+            assert f"{len(c['vace_layers'])} VACE blocks" in what
+    elif label == "hunyuanvideo-t2v":
+        assert f"{c['mm_double_blocks_depth']} double- and {c['mm_single_blocks_depth']} single-stream" in what
+        assert "guidance-distilled" in what and c["guidance_embed"]
+    elif label == "flux2-dev":
+        assert f"{c['depth']} double- and {c['depth_single_blocks']} single-stream" in what
+    elif label.startswith("wan"):
+        assert f"({m['tensors']['conv2.weight'][0]} latent channels)" in what
+    else:
+        assert f"{c['z_channels']} latent channels" in what
+
+
+@pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev"])
+def test_under_comfyuis_prefix(tmp_path, label):
+    """ComfyUI's checkpoint saves put the transformer under model.diffusion_model.: the same model, the same count;
+    the model type where diffusers' rules read that prefix (not HunyuanVideo's)."""
+    m = MODELS[label]
+    path = tmp_path / "model.safetensors"
+    _sparse_safetensors(path, m["tensors"], UNET)
+    one = summarize(open_checkpoint(str(path)))["single_file"]
+    bare = _diffusers_type(m["tensors"])
+    assert one["model_type"] == (bare if _diffusers_type(m["tensors"], UNET) == bare else None)
+    assert {c["component"]: c["params"] for c in one["components"]} == {"transformer": m["parameters"]}
+
+
+# --------------------------------------------------------------------------------------------------- ComfyUI-GGUF
+
+def _comfy_gguf(path: str, arch: str, tensors: dict, orig_shapes: dict | None = None) -> None:
+    """A GGUF header as ComfyUI-GGUF's tools/convert.py (and fix_5d_tensors.py) lay one out, over a sparse data
+    region: vectors, small tensors, `.modulation` and the 5-D tensors in F32, others Q8_0 where rows are whole blocks,
+    else F16; `orig_shapes` ({name: stored 2-D shape}) as its `shape_fix` flattens tensors, recorded in metadata."""
+    import gguf
+    import numpy as np
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    block, block_bytes = gguf.GGML_QUANT_SIZES[q8]
+    w = gguf.GGUFWriter(path, arch)
+    end = 0
+    for name, shape in tensors.items():
+        stored = (orig_shapes or {}).get(name, shape)
+        n = math.prod(shape)
+        if name in (orig_shapes or {}):
+            w.add_array(f"comfy.gguf.orig_shape.{name}", list(shape))
+        if len(stored) == 1 or n <= 1024 or ".modulation" in name or len(stored) > 4:
+            w.add_tensor_info(name, stored, np.dtype(np.float32), 4 * n)
+            nbytes = 4 * n
+        elif stored[-1] % block == 0:
+            nbytes = n // block * block_bytes
+            w.add_tensor_info(name, stored, np.dtype(np.float32), nbytes, raw_dtype=q8)
+        else:
+            w.add_tensor_info(name, stored, np.dtype(np.float16), 2 * n)
+            nbytes = 2 * n
+        end += -(-nbytes // 32) * 32
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with open(path, "r+b") as f:
+        f.seek(0, 2)
+        f.truncate(-(-f.tell() // 32) * 32 + end)
+
+
+@pytest.mark.parametrize("label, arch", [("wan2.1-t2v-1.3B", "wan"), ("wan2.2-ti2v-5B", "wan"),
+                                         ("hunyuanvideo-t2v", "hyvid")])
+def test_a_comfyui_gguf_video_model(tmp_path, label, arch):
+    """city96's quantised Wan and HunyuanVideo files keep the 5-D patch embedding (n_dims 5, which llama.cpp's reader
+    refuses and gguf-py reads): the model, its type and the parameters the gguf library's reader counts."""
+    import gguf
+
+    m = MODELS[label]
+    path = str(tmp_path / "model-Q8_0.gguf")
+    _comfy_gguf(path, arch, m["tensors"])
+    reader = gguf.GGUFReader(path)
+    assert any(len(t.shape) == 5 for t in reader.tensors)
+    shapes = {t.name: [int(d) for d in reversed(t.shape)] for t in reader.tensors}
+    assert shapes == m["tensors"]
+    r = summarize(open_checkpoint(path))
+    assert r["architecture"]["family"] == _family(label)
+    assert r["single_file"]["model_type"] == _diffusers_type(shapes)
+    assert r["parameters"]["unique"] == sum(int(t.n_elements) for t in reader.tensors) == m["parameters"]
+
+
+def test_comfyui_gguf_flattened_shapes_are_read_back(tmp_path):
+    """ComfyUI-GGUF's `shape_fix` (SD 1.x, XL) stores a conv weight as rows of 256 and records its shape in
+    `comfy.gguf.orig_shape.<name>`, which its loader reads back: ckptstat gives the recorded shape, the values in the
+    same order; a record that does not hold the tensor's elements is refused, naming the file and the key."""
+    import gguf
+    import numpy as np
+
+    values = np.arange(320 * 4 * 3 * 3, dtype=np.float32).reshape(320, 4, 3, 3)
+    path = str(tmp_path / "sd15-F32.gguf")
+    w = gguf.GGUFWriter(path, "sd1")
+    w.add_array("comfy.gguf.orig_shape.input_blocks.0.0.weight", list(values.shape))
+    w.add_tensor("input_blocks.0.0.weight", values.reshape(-1, 256))
+    w.add_tensor("input_blocks.0.0.bias", np.ones(320, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ckpt = open_checkpoint(path)
+    assert ckpt.tensors["input_blocks.0.0.weight"].shape == (320, 4, 3, 3)
+    assert ckpt.tensors["input_blocks.0.0.bias"].shape == (320,)
+    assert np.array_equal(ckpt.read("input_blocks.0.0.weight"), values)
+
+    bad = str(tmp_path / "bad.gguf")
+    w = gguf.GGUFWriter(bad, "sd1")
+    w.add_array("comfy.gguf.orig_shape.w", [320, 4, 3, 4])
+    w.add_tensor("w", values.reshape(-1, 256))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(CorruptCheckpointError, match=r"bad\.gguf.*comfy\.gguf\.orig_shape\.w \[320, 4, 3, 4\] does not "
+                                                     r"hold the tensor's 11520 elements"):
+        open_checkpoint(bad)
