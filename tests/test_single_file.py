@@ -295,7 +295,8 @@ def _check_all_in_one(tmp_path, model, original_names, beside: dict, kind: str, 
     assert {c["component"]: c["params"] for c in one["components"]} == want
 
 
-def test_flux2_and_chroma_are_not_claimed():
+def test_flux1_does_not_claim_flux2_or_chroma():
+    """(census/diffusion_dit.py reads them: tests/test_single_file_dit.py)"""
     names = {"double_blocks.0.img_attn.norm.key_norm.scale": 1, "single_stream_modulation.lin.weight": 1}
     assert layout(names, lambda n: (128,)) is None
 

@@ -31,7 +31,8 @@ from ckptstat.errors import CorruptCheckpointError  # noqa: E402
 HEADERS = json.loads(open(fixture("single_file/dit_headers.json"), encoding="utf-8").read())
 MODELS = HEADERS["models"]
 FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyuanvideo-t2v": "hunyuan_video",
-            "flux2-dev": "flux2"}
+            "flux2-dev": "flux2", "chroma": "chroma", "lumina2": "lumina2", "z-image-turbo": "z_image",
+            "ltx-video-2b-0.9": "ltx_video"}
 UNET = "model.diffusion_model."
 
 
@@ -63,9 +64,8 @@ def _diffusers_type(tensors: dict, prefix: str = "") -> str | None:
 
 def test_the_headers_say_what_wrote_them():
     by = HEADERS["written_by"]
-    assert by["script"] == "fixtures/make_dit_headers.py" and set(by["repositories"]) == {
-        "Wan-Video/Wan2.1", "Wan-Video/Wan2.2", "Tencent-Hunyuan/HunyuanVideo", "black-forest-labs/flux2"}
-    assert all(m["source"].split("@")[0] in by["repositories"] for m in MODELS.values())
+    assert by["script"] == "fixtures/make_dit_headers.py"
+    assert {m["source"].split("@")[0] for m in MODELS.values()} == set(by["repositories"])
 
 
 @pytest.mark.parametrize("label", sorted(MODELS))
@@ -86,9 +86,9 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
     assert one["pipeline"] == (single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS[kind]["pretrained_model_name_or_path"]
                                if one["model_type"] else None)
     assert r["parameters"]["unique"] == m["parameters"]
-    (row,) = one["components"]
-    assert row["params"] == m["parameters"] and row["buffers"] == len(m["buffers"])
-    assert row["component"] == ("vae" if _family(label) == "vae" else "transformer")
+    assert sum(c["buffers"] for c in one["components"]) == len(m["buffers"])
+    whole = {("vae" if _family(label) == "vae" else "transformer"): m["parameters"]}
+    assert {c["component"]: c["params"] for c in one["components"]} == m.get("components", whole)
 
 
 @pytest.mark.parametrize("label", sorted(MODELS))
@@ -109,15 +109,28 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
     elif label == "hunyuanvideo-t2v":
         assert f"{c['mm_double_blocks_depth']} double- and {c['mm_single_blocks_depth']} single-stream" in what
         assert "guidance-distilled" in what and c["guidance_embed"]
-    elif label == "flux2-dev":
+    elif label in ("flux2-dev", "chroma"):
         assert f"{c['depth']} double- and {c['depth_single_blocks']} single-stream" in what
+        assert ("guidance-distilled" in what) == (label == "flux2-dev")   # (Chroma's guidance is its approximator's)
+    elif label == "lumina2":
+        assert what == f"a Lumina 2 transformer ({_count(m, 'layers.')} layers, width {m['tensors']['x_embedder.weight'][0]})"
+    elif label == "z-image-turbo":   # (the model's width: its patch embedding's output)
+        dim = m["tensors"]["all_x_embedder.2-1.weight"][0]
+        assert what == f"a Z-Image transformer ({_count(m, 'layers.')} layers, width {dim})"
     elif label.startswith("wan"):
         assert f"({m['tensors']['conv2.weight'][0]} latent channels)" in what
+    elif label.startswith("ltx"):
+        assert what == f"an LTX-Video pipeline ({c['transformer']['num_layers']} transformer blocks and a VAE)"
     else:
         assert f"{c['z_channels']} latent channels" in what
 
 
-@pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev"])
+def _count(m: dict, prefix: str) -> int:
+    return len({n[len(prefix):].split(".")[0] for n in m["tensors"] if n.startswith(prefix)})
+
+
+@pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev", "chroma",
+                                   "lumina2", "z-image-turbo"])
 def test_under_comfyuis_prefix(tmp_path, label):
     """ComfyUI's checkpoint saves put the transformer under model.diffusion_model.: the same model, the same count;
     the model type where diffusers' rules read that prefix (not HunyuanVideo's)."""
@@ -128,6 +141,33 @@ def test_under_comfyuis_prefix(tmp_path, label):
     bare = _diffusers_type(m["tensors"])
     assert one["model_type"] == (bare if _diffusers_type(m["tensors"], UNET) == bare else None)
     assert {c["component"]: c["params"] for c in one["components"]} == {"transformer": m["parameters"]}
+
+
+def _ltx_variant(edit: str) -> dict:
+    """LTX-Video 2B 0.9's one file as the later releases differ where diffusers' rules look: 0.9.7's 48 blocks (13B),
+    0.9.5's VAE (a 2048-channel encoder output), 0.9.1's VAE (timestep-conditioned decoder); its transformer alone
+    (bare names, no VAE)."""
+    t = dict(MODELS["ltx-video-2b-0.9"]["tensors"])
+    if edit == "0.9.7":
+        t.update({f"model.diffusion_model.transformer_blocks.{i}.scale_shift_table": [6, 2048] for i in range(28, 48)})
+    elif edit == "0.9.5":
+        t["vae.encoder.conv_out.conv.weight"] = [129, 2048, 3, 3, 3]
+    elif edit == "0.9.1":
+        t["vae.decoder.last_time_embedder.timestep_embedder.linear_1.weight"] = [256, 256]
+    elif edit == "transformer":
+        t = {n[len(UNET):]: s for n, s in t.items() if n.startswith(UNET)}
+    return t
+
+
+@pytest.mark.parametrize("edit", ["0.9.7", "0.9.5", "0.9.1", "transformer"])
+def test_every_ltx_video_type_is_diffusers_own(tmp_path, edit):
+    t = _ltx_variant(edit)
+    path = tmp_path / "ltx.safetensors"
+    _sparse_safetensors(path, t)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["architecture"]["family"] == "ltx_video"
+    assert r["single_file"]["model_type"] == _diffusers_type(t)
+    assert r["parameters"]["unique"] == sum(math.prod(s) for s in t.values())
 
 
 # --------------------------------------------------------------------------------------------------- ComfyUI-GGUF

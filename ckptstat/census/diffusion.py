@@ -63,6 +63,9 @@ PIPELINES = {
     "wan-t2v-1.3B": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan-t2v-14B": "Wan-AI/Wan2.1-T2V-14B-Diffusers",
     "wan-i2v-14B": "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "wan-animate-14B": "Wan-AI/Wan2.2-Animate-14B-Diffusers",
     "wan-vace-1.3B": "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "wan-vace-14B": "Wan-AI/Wan2.1-VACE-14B-diffusers",
+    "ltx-video": "diffusers/LTX-Video-0.9.0", "ltx-video-0.9.1": "diffusers/LTX-Video-0.9.1",
+    "ltx-video-0.9.5": "Lightricks/LTX-Video-0.9.5", "ltx-video-0.9.7": "Lightricks/LTX-Video-0.9.7-dev",
+    "chroma": "lodestones/Chroma1-HD", "lumina2": "Alpha-VLLM/Lumina-Image-2.0", "z-image-turbo": "Tongyi-MAI/Z-Image-Turbo",
 }
 # Prefix -> the pipeline component from_single_file loads from it (first match wins)
 UNET_PARTS = (

@@ -5,7 +5,12 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - Wan 2.1 and 2.2 (Wan-Video's `WanModel`: `patch_embedding`, `blocks.N.self_attn`, `head.modulation`; VACE's
   `vace_blocks`), and the Wan VAEs (`WanVAE_`: `encoder.downsamples`, `decoder.middle`...);
 - HunyuanVideo (Tencent's `HYVideoDiffusionTransformer`: `double_blocks`, `single_blocks`, `txt_in.individual_token_refiner`);
-- FLUX.2 (Black Forest Labs' `Flux2`: FLUX.1's streams with shared modulations, `single_stream_modulation`).
+- FLUX.2 (Black Forest Labs' `Flux2`: FLUX.1's streams with shared modulations, `single_stream_modulation`) and
+  Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
+- LTX-Video (Lightricks' `Transformer3DModel`: `patchify_proj`, `transformer_blocks`), in its release's one file beside
+  its VAE (`model.diffusion_model.` and `vae.`);
+- Lumina 2 (Alpha-VLLM's `NextDiT`: `noise_refiner`, `context_refiner`, `layers`, `cap_embedder`) and Z-Image
+  (Tongyi-MAI's `ZImageTransformer2DModel`, the same plan: `all_x_embedder`, `layers.N.adaLN_modulation.0`).
 
 Each is read bare or under ComfyUI's `model.diffusion_model.`; its model type follows diffusers'
 `infer_diffusers_model_type` (the key names of CHECKPOINT_KEY_NAMES and the shapes it checks, None where diffusers'
@@ -23,24 +28,34 @@ from .diffusion import OTHER, PIPELINES, UNET, Layout, axis_size
 Shape = Callable[[str], tuple[int, ...] | None]
 
 # diffusers' CHECKPOINT_KEY_NAMES for these models (single_file_utils.py), without ComfyUI's prefix
+FLUX2 = "single_stream_modulation.lin.weight"
+CHROMA = "distilled_guidance_layer.in_proj.bias"
+HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
+Z_IMAGE = "layers.0.adaLN_modulation.0.weight"
+LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, as diffusers does)
+LTX = "patchify_proj.weight"   # (diffusers also takes a 28th block's `scale_shift_table`, which any DiT may hold)
+LTX_VAE = "vae.decoder.last_scale_shift_table", "vae.decoder.up_blocks.9.res_blocks.0.conv1.conv.weight"
 WAN = "head.modulation"
 WAN_VACE = "vace_blocks.0.after_proj.bias"
 WAN_ANIMATE = "motion_encoder.dec.direction.weight"
 WAN_VAE = "decoder.middle.0.residual.0.gamma"
-HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
-FLUX2 = "single_stream_modulation.lin.weight"
 PREFIXES = ("", UNET)
 PARTS = ((UNET, "transformer"),)
+LTX_PARTS = ((UNET, "transformer"), ("vae.", "vae"))   # LTX-Video's one file: its transformer beside its VAE
+
+Reader = Callable[[Mapping[str, object], Shape, str], tuple[str, str | None]]   # -> (what, diffusers' model type)
 
 
 def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
     """The layout of a checkpoint holding one of these transformers or the Wan VAE (None: none of them), in the order
     diffusers tries them."""
-    for key, read in ((FLUX2, _flux2), (HUNYUAN_VIDEO, _hunyuan_video), (WAN, _wan)):
+    for key, (family, read) in MODELS.items():
         inner = next((p for p in PREFIXES if p + key in names), None)
+        if inner is None and key == LTX and any(k in names for k in LTX_VAE):
+            inner = UNET   # (its VAE's keys alone: the transformer, if any, under ComfyUI's prefix)
         if inner is not None:
             what, kind = read(names, shape, inner)
-            return Layout(FAMILIES[key], what, kind, PIPELINES.get(kind or ""), "", PARTS,
+            return Layout(family, what, kind, PIPELINES.get(kind or ""), "", LTX_PARTS if key == LTX else PARTS,
                           "transformer" if inner == "" else OTHER)
     if WAN_VAE in names:
         latents = axis_size(shape, "conv2.weight", 0)
@@ -75,18 +90,50 @@ def _wan(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
     return f"a Wan video transformer ({', '.join(x for x in said if x)})", kind
 
 
-def _hunyuan_video(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
-    what = (f"a HunyuanVideo transformer ({_blocks(names, inner + 'double_blocks.')} double- and "
-            f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks"
-            + (", guidance-distilled" if inner + "guidance_in.mlp.0.weight" in names else "") + ")")
-    return what, "hunyuan-video" if inner == "" else None
+def _ltx(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """LTX-Video's model type by diffusers' rules: 0.9.7 by a 48th block (the 13B model), 0.9.5 by its VAE's encoder
+    output (2048 channels), 0.9.1 by its VAE's timestep conditioning."""
+    if any(n.endswith("transformer_blocks.47.scale_shift_table") for n in names):
+        kind = "ltx-video-0.9.7"
+    elif "vae.encoder.conv_in.conv.bias" in names and axis_size(shape, "vae.encoder.conv_out.conv.weight", 1) == 2048:
+        kind = "ltx-video-0.9.5"
+    elif "vae.decoder.last_time_embedder.timestep_embedder.linear_1.weight" in names:
+        kind = "ltx-video-0.9.1"
+    else:
+        kind = "ltx-video"
+    blocks = _blocks(names, inner + "transformer_blocks.")
+    if any(n.startswith("vae.") for n in names):
+        return f"an LTX-Video pipeline ({blocks} transformer blocks and a VAE)", kind
+    return f"an LTX-Video transformer ({blocks} blocks)", kind
 
 
-def _flux2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
-    what = (f"a FLUX.2 transformer ({_blocks(names, inner + 'double_blocks.')} double- and "
-            f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks"
-            + (", guidance-distilled" if inner + "guidance_in.in_layer.weight" in names else "") + ")")
-    return what, "flux-2-dev"
+def _two_streams(title: str, guidance: str, kind: str | None, bare_only: bool = False) -> Reader:
+    """FLUX.1's descendants: double-stream blocks, then single-stream blocks."""
+    def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+        what = (f"a {title} transformer ({_blocks(names, inner + 'double_blocks.')} double- and "
+                f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks"
+                + (", guidance-distilled" if inner + guidance in names else "") + ")")
+        return what, None if bare_only and inner else kind
+    return read
 
 
-FAMILIES = {WAN: "wan", HUNYUAN_VIDEO: "hunyuan_video", FLUX2: "flux2"}
+def _layers(title: str, kind: str) -> Reader:
+    """Lumina 2's and Z-Image's single stream of layers after the refiners, its width the caption projection's."""
+    def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+        dim = axis_size(shape, inner + "cap_embedder.1.weight", 0)
+        return f"a {title} transformer ({_blocks(names, inner + 'layers.')} layers" + (
+            f", width {dim})" if dim else ")"), kind
+    return read
+
+
+# key -> (family, reader), in diffusers' order
+MODELS: dict[str, tuple[str, Reader]] = {
+    FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev")),
+    CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma")),
+    LTX: ("ltx_video", _ltx),
+    HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
+                                                  bare_only=True)),
+    Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
+    LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
+    WAN: ("wan", _wan),
+}
