@@ -303,7 +303,7 @@ def gguf_claims(path: str) -> dict[str, bytes]:
             "kv_count 2**63": patched(data, 16, "<Q", 2**63),
             "first key of 2**62 bytes": patched(data, 24, "<Q", 2**62),
             "tensor name of 2**63 bytes": patched(data, info, "<Q", 2**63),
-            "n_dims 5": patched(data, n_dims_at, "<I", 5),
+            "n_dims 9": patched(data, n_dims_at, "<I", 9),
             "dimension 2**62": patched(data, n_dims_at + 4, "<Q", 2**62),
             "tensor offset 2**63": patched(data, offset_at, "<Q", 2**63)}
 
