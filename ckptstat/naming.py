@@ -272,6 +272,7 @@ QUANT_MEMBER_ROLES = {
     "k_scale": "kv-scale", "v_scale": "kv-scale", "q_scale": "kv-scale", "kv_scale": "kv-scale",       # FP8 KV cache
     "prob_scale": "kv-scale", "output_scale": "input-scale",
     "SCB": "scale", "weight_format": "quant-state",                                                  # bitsandbytes int8
+    "comfy_quant": "quant-state", "scale_weight": "scale", "scale_input": "input-scale",              # ComfyUI
     "absmax": "absmax", "nested_absmax": "absmax", "quant_map": "quant-map",                         # bitsandbytes 4-bit
     "nested_quant_map": "quant-map",
     "blocks": "packed-weight",                                        # gpt-oss MXFP4 (its `scales`: scale)
@@ -289,7 +290,8 @@ def quant_member_role(suffix: str, method: str) -> str:
     if suffix.startswith("quant_state."):
         return "quant-state"
     if suffix == "weight":
-        return ("packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx", "modelopt nvfp4"))
+        return ("packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx", "modelopt nvfp4",
+                                                      "comfyui nvfp4"))
                 else "quantized-weight")
     if suffix == "W_q" and method == "hqq 8-bit":   # HQQ's 8bit_u8 packing: one value per byte
         return "quantized-weight"

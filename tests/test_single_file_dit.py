@@ -260,3 +260,64 @@ def test_comfyui_gguf_flattened_shapes_are_read_back(tmp_path):
     with pytest.raises(CorruptCheckpointError, match=r"bad\.gguf.*comfy\.gguf\.orig_shape\.w \[320, 4, 3, 4\] does not "
                                                      r"hold the tensor's 11520 elements"):
         open_checkpoint(bad)
+
+
+# ------------------------------------------------------------------------------------------ ComfyUI's quantised files
+
+def _comfy_quantised(tensors: dict, fmt: str) -> dict:
+    """{name: (dtype, shape)} of a model as ComfyUI saves it quantised (comfy/ops.py MixedPrecisionOps.Linear.
+    state_dict: each Linear's weight as the format stores it, its scales, and `comfy_quant`, the format as JSON bytes;
+    the older scaled-fp8 files: `scale_weight` and `scale_input` beside an FP8 weight, and an empty `scaled_fp8` tensor
+    of the FP8 dtype); every other tensor bf16."""
+    out: dict = {}
+    for name, shape in tensors.items():
+        if not (name.endswith(".weight") and len(shape) == 2):   # (the Linear weights: 2-D `.weight`)
+            out[name] = ("BF16", shape)
+            continue
+        module = name[:-len("weight")]
+        config = json.dumps({"format": "nvfp4" if fmt == "nvfp4" else "float8_e4m3fn"}).encode()
+        if fmt == "nvfp4":
+            out[name] = ("U8", [shape[0], shape[1] // 2])
+            out[module + "weight_scale"] = ("F8_E4M3", [shape[0], shape[1] // 16])
+            out[module + "weight_scale_2"] = ("F32", [])
+        else:
+            out[name] = ("F8_E4M3", shape)
+            out[module + ("scale_weight" if fmt == "scaled" else "weight_scale")] = ("F32", [])
+            if fmt == "scaled":
+                out[module + "scale_input"] = ("F32", [])
+        if fmt != "scaled":
+            out[module + "comfy_quant"] = ("U8", [len(config)])
+    if fmt == "scaled":
+        out["scaled_fp8"] = ("F8_E4M3", [0])
+    return out
+
+
+def _typed_safetensors(path, tensors: dict) -> None:
+    size = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = size[dtype] * math.prod(shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
+@pytest.mark.parametrize("fmt, method", [("fp8", "comfyui fp8"), ("nvfp4", "comfyui nvfp4"),
+                                         ("scaled", "comfyui scaled fp8")])
+def test_comfyuis_quantised_files_count_the_model(tmp_path, fmt, method):
+    """wan2.1_t2v_1.3B_fp8_scaled.safetensors and ComfyUI's FP8 / NVFP4 saves: the weights' logical elements (an NVFP4
+    byte holds two), their scales and format records apart; the count is the authors' model's `parameters()`."""
+    m = MODELS["wan2.1-t2v-1.3B"]
+    stored = _comfy_quantised(m["tensors"], fmt)
+    path = tmp_path / "model.safetensors"
+    _typed_safetensors(path, stored)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["architecture"]["family"] == "wan" and r["single_file"]["model_type"] == _diffusers_type(m["tensors"])
+    assert r["parameters"]["unique"] == m["parameters"]
+    assert r["quantization"]["method"] == method
+    linears = sum(1 for n, s in m["tensors"].items() if n.endswith(".weight") and len(s) == 2)
+    assert [(x["method"], x["weights"]) for x in r["quantization"]["methods"]] == [(method, linears)]

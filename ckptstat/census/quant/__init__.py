@@ -113,6 +113,9 @@ _MEMBERS = {
     "fp8": ("weight", "weight_scale", "weight_scale_inv", "weight_zero_point", "input_scale", "input_scale_ub",
             "input_zero_point", "activation_scale"),
     "modelopt nvfp4": ("weight", "weight_scale", "weight_scale_2", "input_scale"),   # export_hf_checkpoint's
+    # ComfyUI's quantised Linear (comfy/ops.py MixedPrecisionOps.Linear.state_dict: its format as JSON bytes beside
+    # the weight and its scales; the older scaled-fp8 files' `scale_weight` / `scale_input`, which ComfyUI converts)
+    "comfyui": ("weight", "weight_scale", "weight_scale_2", "input_scale", "comfy_quant", "scale_weight", "scale_input"),
 }
 _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
 # quantization_config.quant_method -> how the layouts it writes are labelled here (the labels' start; modelopt's FP8
@@ -124,7 +127,7 @@ _CONFIG_METHODS: dict[str, str | tuple[str, ...]] = {
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
 # kv_cache_scheme, modelopt) -> role, when the checkpoint is quantised.
-_STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale|output_scale|kv_scale)$")
+_STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale|output_scale|kv_scale|scaled_fp8)$")
 
 
 # A literal in the name of every tensor _layout can make a member or a standalone scale: the suffixes
@@ -134,7 +137,8 @@ _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale
 # quanto's input_scale / output_scale hold `_scale`), _STANDALONE's, and MLX's `scales` (beside its uint32 `weight`).
 # A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
 _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
-                    "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata", "scales")
+                    "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata", "scales",
+                    "scale_weight", "scaled_fp8")
 
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
@@ -302,12 +306,16 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
     if w is None:
         return None
     scale = s.get("weight_scale")
+    comfy = "comfy_quant" in s or "scale_weight" in s   # ComfyUI's own layout (its format recorded beside)
     if (w.dtype == "U8" and "weight_scale_2" in s and scale is not None and scale.dtype == "F8_E4M3"
-            and len(w.shape) == 2):   # NVIDIA modelopt NVFP4: two E2M1 codes a byte, an E4M3 scale a 16 inputs
-        return _weight(prefix + "weight", (w.shape[0], w.shape[1] * 2), "modelopt nvfp4", 4,
-                       _pick(s, _MEMBERS["modelopt nvfp4"]))
+            and len(w.shape) == 2):   # NVIDIA modelopt NVFP4 (and ComfyUI's): two E2M1 codes a byte, an E4M3 scale a 16 inputs
+        return _weight(prefix + "weight", (w.shape[0], w.shape[1] * 2), "comfyui nvfp4" if comfy else "modelopt nvfp4",
+                       4, _pick(s, _MEMBERS["comfyui" if comfy else "modelopt nvfp4"]))
     if "SCB" in s and w.dtype == "I8":   # bitsandbytes Linear8bitLt: int8 weight, per-row absmax SCB
         return _weight(prefix + "weight", w.shape, "bitsandbytes-int8", 8, _pick(s, _MEMBERS["bitsandbytes-int8"]))
+    if w.dtype in _F8 and comfy:   # ComfyUI's FP8: a per-tensor scale (`weight_scale`; older files: `scale_weight`)
+        return _weight(prefix + "weight", w.shape, "comfyui fp8" if "comfy_quant" in s else "comfyui scaled fp8", 8,
+                       _pick(s, _MEMBERS["comfyui"]))
     if w.dtype in _F8 | {"I8"} and ("weight_scale" in s or "weight_scale_inv" in s):
         # FP8 (transformers finegrained_fp8 weight_scale_inv blocks; fbgemm_fp8 / compressed-tensors float-quantized
         # weight_scale) and int8 (compressed-tensors int-quantized): one stored element per logical element.
