@@ -170,6 +170,27 @@ def test_every_ltx_video_type_is_diffusers_own(tmp_path, edit):
     assert r["parameters"]["unique"] == sum(math.prod(s) for s in t.values())
 
 
+@pytest.mark.parametrize("prefix", ["", UNET])
+def test_qwen_image_in_diffusers_names(tmp_path, prefix):
+    """Qwen-Image was released in diffusers' own names, which ComfyUI's copies keep, bare or under its prefix: the
+    model at QwenImageTransformer2DModel's defaults (the release's configuration); diffusers' single-file rules name no
+    type for it, and none is given."""
+    from diffusers import QwenImageTransformer2DModel
+
+    with torch.device("meta"):
+        model = QwenImageTransformer2DModel()
+    tensors = {n: list(t.shape) for n, t in model.state_dict().items()}
+    path = tmp_path / "qwen_image_bf16.safetensors"
+    _sparse_safetensors(path, tensors, prefix)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["architecture"]["family"] == "qwen_image" and _diffusers_type(tensors, prefix) == "v1"   # (its fallback)
+    one = r["single_file"]
+    assert one["model_type"] is None and one["pipeline"] is None
+    assert one["what"] == f"a Qwen-Image transformer ({model.config.num_layers} blocks)"
+    assert {c["component"]: c["params"] for c in one["components"]} == {
+        "transformer": sum(p.numel() for p in model.parameters())}
+
+
 # --------------------------------------------------------------------------------------------------- ComfyUI-GGUF
 
 def _comfy_gguf(path: str, arch: str, tensors: dict, orig_shapes: dict | None = None) -> None:

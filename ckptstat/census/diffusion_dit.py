@@ -9,6 +9,8 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
 - LTX-Video (Lightricks' `Transformer3DModel`: `patchify_proj`, `transformer_blocks`), in its release's one file beside
   its VAE (`model.diffusion_model.` and `vae.`);
+- Qwen-Image (released in diffusers' names: `txt_norm`, `transformer_blocks.N.img_mod`), which diffusers' rules do not
+  type;
 - Lumina 2 (Alpha-VLLM's `NextDiT`: `noise_refiner`, `context_refiner`, `layers`, `cap_embedder`) and Z-Image
   (Tongyi-MAI's `ZImageTransformer2DModel`, the same plan: `all_x_embedder`, `layers.N.adaLN_modulation.0`).
 
@@ -39,6 +41,10 @@ WAN = "head.modulation"
 WAN_VACE = "vace_blocks.0.after_proj.bias"
 WAN_ANIMATE = "motion_encoder.dec.direction.weight"
 WAN_VAE = "decoder.middle.0.residual.0.gamma"
+# Qwen-Image (1): released in diffusers' own names (QwenImageTransformer2DModel), which ComfyUI's copies keep; diffusers'
+# single-file rules name no type for it (its 2.1 has `txt_in.text_norm`)
+QWEN_IMAGE = "txt_norm.weight"
+QWEN_IMAGE_BLOCK = "transformer_blocks.0.img_mod.1.weight"
 PREFIXES = ("", UNET)
 PARTS = ((UNET, "transformer"),)
 LTX_PARTS = ((UNET, "transformer"), ("vae.", "vae"))   # LTX-Video's one file: its transformer beside its VAE
@@ -50,7 +56,8 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
     """The layout of a checkpoint holding one of these transformers or the Wan VAE (None: none of them), in the order
     diffusers tries them."""
     for key, (family, read) in MODELS.items():
-        inner = next((p for p in PREFIXES if p + key in names), None)
+        inner = next((p for p in PREFIXES if p + key in names and (key != QWEN_IMAGE or p + QWEN_IMAGE_BLOCK in names)),
+                     None)
         if inner is None and key == LTX and any(k in names for k in LTX_VAE):
             inner = UNET   # (its VAE's keys alone: the transformer, if any, under ComfyUI's prefix)
         if inner is not None:
@@ -136,4 +143,6 @@ MODELS: dict[str, tuple[str, Reader]] = {
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
     WAN: ("wan", _wan),
+    QWEN_IMAGE: ("qwen_image", lambda names, shape, inner: (   # (no model type: see QWEN_IMAGE)
+        f"a Qwen-Image transformer ({_blocks(names, inner + 'transformer_blocks.')} blocks)", None)),
 }
