@@ -63,12 +63,20 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
         if inner is not None:
             what, kind = read(names, shape, inner)
             return Layout(family, what, kind, PIPELINES.get(kind or ""), "", LTX_PARTS if key == LTX else PARTS,
-                          "transformer" if inner == "" else OTHER)
+                          "transformer" if inner == "" else OTHER, _buffers(names, inner))
     if WAN_VAE in names:
         latents = axis_size(shape, "conv2.weight", 0)
         what = "a Wan VAE" + (f" ({latents} latent channels)" if latents else "")
         return Layout("vae", what, "wan-t2v-14B", PIPELINES["wan-t2v-14B"], "", (), "vae")   # diffusers' config for any
     return None
+
+
+def _buffers(names: Mapping[str, object], inner: str) -> tuple[str, ...]:
+    """What the models register as buffers under names the rules read as parameters: Wan-Animate's motion encoder (LIA's
+    StyleGAN blocks), whose every Blur registers its `kernel`."""
+    if inner + WAN_ANIMATE not in names:
+        return ()
+    return tuple(n for n in names if n.startswith(inner + "motion_encoder.") and n.endswith(".kernel"))
 
 
 def _blocks(names: Mapping[str, object], prefix: str) -> int:
