@@ -350,6 +350,7 @@ def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split |
 
     infos = []
     seen: set[str] = set()
+    flattened = {k[len(ORIG_SHAPE):] for k in scalars if k.startswith(ORIG_SHAPE)}   # (most files: none)
     for i in range(tensor_count):
         name = cur.name(f"name of tensor {i}")
         if name in seen:
@@ -372,7 +373,7 @@ def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split |
             raise cur.bad(f"tensor {name!r}: row length {ne[0] if ne else 1} is not a multiple of the "
                           f"{dtype} block size {dt.block}")
         # ne[0] varies fastest (ggml's ne[]), so numpy's C-order shape is the reverse.
-        shape = _orig_shape(cur, name, scalars, numel) if ORIG_SHAPE + name in scalars else tuple(reversed(ne))
+        shape = _orig_shape(cur, name, scalars, numel) if name in flattened else tuple(reversed(ne))
         infos.append((name, dtype, shape, offset, dt.nbytes(numel), code))
 
     data_start = -(-cur.pos // alignment) * alignment
