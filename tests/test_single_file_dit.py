@@ -32,7 +32,7 @@ HEADERS = json.loads(open(fixture("single_file/dit_headers.json"), encoding="utf
 MODELS = HEADERS["models"]
 FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyuanvideo-t2v": "hunyuan_video",
             "flux2-dev": "flux2", "chroma": "chroma", "lumina2": "lumina2", "z-image-turbo": "z_image",
-            "ltx-video-2b-0.9": "ltx_video"}
+            "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet"}
 UNET = "model.diffusion_model."
 
 
@@ -87,7 +87,8 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
                                if one["model_type"] else None)
     assert r["parameters"]["unique"] == m["parameters"]
     assert sum(c["buffers"] for c in one["components"]) == len(m["buffers"])
-    whole = {("vae" if _family(label) == "vae" else "transformer"): m["parameters"]}
+    family = _family(label)
+    whole = {(family if family in ("vae", "controlnet") else "transformer"): m["parameters"]}
     assert {c["component"]: c["params"] for c in one["components"]} == m.get("components", whole)
 
 
@@ -121,6 +122,8 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert what == f"a Z-Image transformer ({_count(m, 'layers.')} layers, width {dim})"
     elif label.startswith("wan"):
         assert f"({c['z_dim']} latent channels)" in what
+    elif label.startswith("controlnet"):
+        assert what == f"a ControlNet (text width {c['context_dim']})"
     elif label.startswith("ltx"):
         assert what == f"an LTX-Video pipeline ({c['transformer']['num_layers']} transformer blocks and a VAE)"
     else:
@@ -191,6 +194,32 @@ def test_qwen_image_in_diffusers_names(tmp_path, prefix):
     assert one["what"] == f"a Qwen-Image transformer ({model.config.num_layers} blocks)"
     assert {c["component"]: c["params"] for c in one["components"]} == {
         "transformer": sum(p.numel() for p in model.parameters())}
+
+
+SDXL_CONTROLNET = dict(   # diffusers/controlnet-canny-sdxl-1.0's config (its ControlNetModel arguments)
+    addition_embed_type="text_time", addition_time_embed_dim=256, projection_class_embeddings_input_dim=2816,
+    block_out_channels=(320, 640, 1280), cross_attention_dim=2048, transformer_layers_per_block=(1, 2, 10),
+    attention_head_dim=(5, 10, 20), use_linear_projection=True,
+    down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"))
+
+
+@pytest.mark.parametrize("change", [{}, SDXL_CONTROLNET], ids=["sd15", "sdxl"])
+def test_a_controlnet_in_diffusers_names(tmp_path, change):
+    """A ControlNet saved by diffusers (ControlNetModel, SD 1.5's layout and SDXL's): diffusers' model type on its names,
+    its parameters()."""
+    from diffusers import ControlNetModel
+
+    with torch.device("meta"):
+        model = ControlNetModel(**change)
+    tensors = {n: list(t.shape) for n, t in model.state_dict().items()}
+    path = tmp_path / "diffusion_pytorch_model.safetensors"
+    _sparse_safetensors(path, tensors)
+    r = summarize(open_checkpoint(str(path)))
+    one = r["single_file"]
+    assert r["architecture"]["family"] == "controlnet" and one["model_type"] == _diffusers_type(tensors)
+    assert one["what"] == f"a ControlNet (text width {model.config.cross_attention_dim})"
+    assert {c["component"]: c["params"] for c in one["components"]} == {
+        "controlnet": sum(p.numel() for p in model.parameters())}
 
 
 # --------------------------------------------------------------------------------------------------- ComfyUI-GGUF

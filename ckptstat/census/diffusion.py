@@ -42,6 +42,14 @@ KEYS = {
     "flux-guidance": "guidance_in.in_layer.bias",   # flux-dev, -fill, -depth: guidance-distilled
     "flux-img-in": "img_in.weight",                   # its input width: 384 fill, 128 depth
 }
+# A ControlNet alone (diffusers' "controlnet" keys: LDM's ControlNet under `control_model.`, as ControlLDM holds it and
+# the ControlNet 1.1 releases carry it, or diffusers' own names), and its SDXL kinds by diffusers' keys
+CONTROLNET = ("control_model.time_embed.0.weight", "controlnet_cond_embedding.conv_in.weight")
+CONTROLNET_XL = "add_embedding.linear_1.weight"
+CONTROLNET_XL_LARGE = "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_k.weight"
+CONTROLNET_XL_MID = "down_blocks.1.attentions.0.norm.weight"
+CONTROLNET_CONTEXT = ("control_model.middle_block.1.transformer_blocks.0.attn2.to_k.weight",   # its text width
+                      "mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight")
 # Keys of diffusers' models tried before FLUX.1 whose files also hold `double_blocks` (FLUX.2, FLUX.3, Chroma): a file
 # with one of them is not claimed
 NOT_FLUX1 = ("single_stream_modulation.lin.weight", "early_stream_modulations.image.lin.weight",
@@ -59,6 +67,9 @@ PIPELINES = {
     "sd35_large": "stabilityai/stable-diffusion-3.5-large",
     "flux-dev": "black-forest-labs/FLUX.1-dev", "flux-fill": "black-forest-labs/FLUX.1-Fill-dev",
     "flux-depth": "black-forest-labs/FLUX.1-Depth-dev", "flux-schnell": "black-forest-labs/FLUX.1-schnell",
+    "controlnet": "lllyasviel/control_v11p_sd15_canny", "controlnet_xl_large": "diffusers/controlnet-canny-sdxl-1.0",
+    "controlnet_xl_mid": "diffusers/controlnet-canny-sdxl-1.0-mid",
+    "controlnet_xl_small": "diffusers/controlnet-canny-sdxl-1.0-small",
     "flux-2-dev": "black-forest-labs/FLUX.2-dev", "hunyuan-video": "hunyuanvideo-community/HunyuanVideo",
     "wan-t2v-1.3B": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan-t2v-14B": "Wan-AI/Wan2.1-T2V-14B-Diffusers",
     "wan-i2v-14B": "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "wan-animate-14B": "Wan-AI/Wan2.2-Animate-14B-Diffusers",
@@ -77,6 +88,7 @@ UNET_PARTS = (
     ("conditioner.embedders.1.model.", "text_encoder_2"),                   # XL: OpenCLIP ViT-bigG
     ("conditioner.embedders.0.model.", "text_encoder_2"),                   # XL refiner: OpenCLIP ViT-bigG alone
     ("model_ema.", "unet EMA copy"),                                        # ldm/modules/ema.py LitEma
+    ("control_model.", "controlnet"),                                       # ControlLDM's ControlNet beside the UNet
 )
 # OpenCLIP text encoders (2.x's ViT-H, XL's bigG): diffusers loads `transformer.*` and the names its
 # DIFFUSERS_TO_LDM_MAPPING["openclip"]["layers"] maps, but for 2.x not the last block nor text_projection
@@ -128,8 +140,8 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     `model.diffusion_model.input_blocks.` and a VAE or a text encoder beside it, or a FLUX.1 transformer. Its model
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
-    if wrapper is None:   # (diffusers tries SD 3 before FLUX.1)
-        return _sd3(names, shape) or _flux(names, shape) or _vae(names, shape)
+    if wrapper is None:   # (diffusers tries a ControlNet, then SD 3, then FLUX.1)
+        return _controlnet(names, shape) or _sd3(names, shape) or _flux(names, shape) or _vae(names, shape)
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):
         return None   # a bare UNet: no pipeline's layout (diffusers reads it as a model, not a pipeline)
@@ -162,6 +174,20 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
         kind = "v1"
     return Layout("stable_diffusion", "a Stable Diffusion pipeline", kind, PIPELINES.get(kind), wrapper, UNET_PARTS,
                   OTHER)
+
+
+def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """A ControlNet alone, in LDM's names or diffusers'; its model type by diffusers' rules."""
+    if not any(k in names for k in CONTROLNET):
+        return None
+    if CONTROLNET_XL in names:
+        kind = ("controlnet_xl_large" if CONTROLNET_XL_LARGE in names else "controlnet_xl_mid" if CONTROLNET_XL_MID in names
+                else "controlnet_xl_small")
+    else:
+        kind = "controlnet"
+    context = next((axis_size(shape, k, 1) for k in CONTROLNET_CONTEXT if k in names), None)
+    what = "a ControlNet" + (f" (text width {context})" if context else "")
+    return Layout("controlnet", what, kind, PIPELINES.get(kind), "", (("control_model.", "controlnet"),), "controlnet")
 
 
 def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
