@@ -11,6 +11,8 @@ and as diffusers' `from_single_file` reads it (docs/adapters.md, "Single-file di
 - FLUX.1 (Black Forest Labs' layout): the transformer alone (`double_blocks.`, `single_blocks.`...), or, in ComfyUI's
   all-in-one files, under `model.diffusion_model.` beside the VAE (`vae.`) and the text encoders
   (`text_encoders.clip_l.`, `text_encoders.t5xxl.`);
+- a ControlNet alone: LDM's under `control_model.` (the ControlNet 1.1 releases, as ControlLDM holds it) or diffusers'
+  (`controlnet_cond_embedding`), SDXL's by diffusers' keys;
 - a VAE alone in LDM's names (`vae-ft-mse-840000-ema-pruned.safetensors`, SDXL's `sdxl_vae`, FLUX's `ae.safetensors`):
   `encoder.` / `decoder.` with LDM's block names (`mid.attn_1.q`), `quant_conv` / `post_quant_conv` where it has them.
 

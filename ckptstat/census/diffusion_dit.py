@@ -18,7 +18,7 @@ Each is read bare or under ComfyUI's `model.diffusion_model.`; its model type fo
 `infer_diffusers_model_type` (the key names of CHECKPOINT_KEY_NAMES and the shapes it checks, None where diffusers'
 rules name none), and what the file holds is said from its shapes (width, blocks, input channels), which diffusers'
 type does not always tell apart (Wan 2.2's 5B and Wan 2.1's image-to-video model are both "wan-i2v-14B" to it).
-tests/test_single_file.py checks both against the authors' own models (fixtures/make_dit_headers.py) and diffusers.
+tests/test_single_file_dit.py checks both against the authors' own models (fixtures/make_dit_headers.py) and diffusers.
 """
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ def _wan(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
         kind = "wan-t2v-1.3B"
     elif dim == 5120 and channels == 16:
         kind = "wan-t2v-14B"
-    else:
-        kind = "wan-i2v-14B"
+    else:   # (without a patch embedding diffusers' rules stop: no type)
+        kind = "wan-i2v-14B" if dim else None
     said = (f"width {dim}" if dim else "", f"{_blocks(names, inner + 'blocks.')} blocks",
             f"{channels} input channels" if channels else "",
             f"{_blocks(names, inner + 'vace_blocks.')} VACE blocks" if inner + WAN_VACE in names else "",
