@@ -84,6 +84,28 @@ def fixture_script(name: str) -> ModuleType:
     return sys.modules[name]
 
 
+SAFETENSORS_SIZES = {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+
+
+def sparse_safetensors(path, tensors: dict, prefix: str = "") -> None:
+    """A safetensors file of these tensors ({name: (dtype, shape)}, names under `prefix`) whose data region is a hole:
+    a 32B model in its header."""
+    import struct
+
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = SAFETENSORS_SIZES[dtype]
+        for d in shape:
+            n *= d
+        header[prefix + name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
 @pytest.fixture(scope="session")
 def expected_st() -> dict:
     with open(fixture("expected_safetensors.json")) as f:

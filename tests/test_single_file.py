@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 single_file_utils = pytest.importorskip("diffusers.loaders.single_file_utils")
 
-from conftest import fixture, fixture_script  # noqa: E402
+from conftest import fixture, fixture_script, sparse_safetensors  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
@@ -223,19 +223,8 @@ def _bfl(state: dict) -> dict:
 
 
 def _sparse_safetensors(path, state: dict, prefix: str = "") -> None:
-    """A safetensors file of these names and shapes (bf16) whose data region is a hole: a 24 GB model in a header."""
-    import struct
-
-    header, offset = {}, 0
-    for name, t in state.items():
-        n = 2 * t.numel()
-        header[prefix + name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)
+    """A bf16 safetensors file of this state's names and shapes over a hole (conftest.sparse_safetensors)."""
+    sparse_safetensors(path, {n: ("BF16", list(t.shape)) for n, t in state.items()}, prefix)
 
 
 @pytest.mark.parametrize("kind, change", [("flux-dev", {}), ("flux-schnell", {"guidance_embeds": False}),

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 
 import pytest
 
 torch = pytest.importorskip("torch")
 single_file_utils = pytest.importorskip("diffusers.loaders.single_file_utils")
 
-from conftest import fixture  # noqa: E402
+from conftest import fixture, sparse_safetensors  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
@@ -41,17 +40,8 @@ def _family(label: str) -> str:
 
 
 def _sparse_safetensors(path, tensors: dict, prefix: str = "") -> None:
-    """A bf16 safetensors file of these names and shapes whose data region is a hole (a 32B model in its header)."""
-    header, offset = {}, 0
-    for name, shape in tensors.items():
-        n = 2 * math.prod(shape)
-        header[prefix + name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)
+    """A bf16 safetensors file of these names and shapes over a hole (conftest.sparse_safetensors)."""
+    sparse_safetensors(path, {n: ("BF16", s) for n, s in tensors.items()}, prefix)
 
 
 def _diffusers_type(tensors: dict, prefix: str = "") -> str | None:
@@ -344,20 +334,6 @@ def _comfy_quantised(tensors: dict, fmt: str) -> dict:
     return out
 
 
-def _typed_safetensors(path, tensors: dict) -> None:
-    size = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
-    header, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        n = size[dtype] * math.prod(shape)
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)
-
-
 @pytest.mark.parametrize("fmt, method", [("fp8", "comfyui fp8"), ("nvfp4", "comfyui nvfp4"),
                                          ("scaled", "comfyui scaled fp8")])
 def test_comfyuis_quantised_files_count_the_model(tmp_path, fmt, method):
@@ -366,7 +342,7 @@ def test_comfyuis_quantised_files_count_the_model(tmp_path, fmt, method):
     m = MODELS["wan2.1-t2v-1.3B"]
     stored = _comfy_quantised(m["tensors"], fmt)
     path = tmp_path / "model.safetensors"
-    _typed_safetensors(path, stored)
+    sparse_safetensors(path, stored)
     r = summarize(open_checkpoint(str(path)))
     assert r["architecture"]["family"] == "wan" and r["single_file"]["model_type"] == _diffusers_type(m["tensors"])
     assert r["parameters"]["unique"] == m["parameters"]
