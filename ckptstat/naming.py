@@ -291,7 +291,7 @@ def quant_member_role(suffix: str, method: str) -> str:
         return "quant-state"
     if suffix == "weight":
         return ("packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx", "modelopt nvfp4",
-                                                      "comfyui nvfp4"))
+                                                      "comfyui nvfp4")) or method == "bitnet"
                 else "quantized-weight")
     if suffix == "W_q" and method == "hqq 8-bit":   # HQQ's 8bit_u8 packing: one value per byte
         return "quantized-weight"

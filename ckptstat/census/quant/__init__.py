@@ -122,7 +122,7 @@ _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
 # is fbgemm's and transformers' per-tensor `fp8`)
 _CONFIG_METHODS: dict[str, str | tuple[str, ...]] = {
     "fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
-    "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4", "hqq": "hqq",
+    "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4", "hqq": "hqq", "bitnet": "bitnet",
     "quanto": "quanto", "torchao": "torchao", "modelopt": ("modelopt", "fp8")}
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
@@ -173,7 +173,8 @@ def _bits_of(v: object) -> int | None:
 def _config_summary(q: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("quant_method", "bits", "w_bit", "group_size", "q_group_size", "desc_act", "sym", "zero_point", "version",
             "checkpoint_format", "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
-            "weight_block_size", "activation_scheme", "format", "modules_to_not_convert", "mode")
+            "weight_block_size", "activation_scheme", "format", "modules_to_not_convert", "mode", "linear_class",
+            "quantization_mode")
     out = {k: q[k] for k in keys if k in q}
     per_module = sum(isinstance(v, dict) and "bits" in v or v is False for v in q.values())   # MLX's module entries
     if per_module:
@@ -306,6 +307,12 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
     if w is None:
         return None
     scale = s.get("weight_scale")
+    if method_cfg == "bitnet" and scale is not None and scale.numel == 1 and len(w.shape) == 2:
+        # transformers' BitLinear (integrations/bitnet.py pack_weights): four ternary rows a uint8 row, the rows of
+        # each quarter of the weight in one bit pair; AutoBitLinear's offline weights unpacked ({-1, 0, 1} as floats)
+        packed = w.dtype == "U8"
+        return _weight(prefix + "weight", (w.shape[0] * 4 if packed else w.shape[0], w.shape[1]),
+                       "bitnet" if packed else "bitnet unpacked", 2 if packed else None, _pick(s, ("weight", "weight_scale")))
     comfy = "comfy_quant" in s or "scale_weight" in s   # ComfyUI's own layout (its format recorded beside)
     if (w.dtype == "U8" and "weight_scale_2" in s and scale is not None and scale.dtype == "F8_E4M3"
             and len(w.shape) == 2):   # NVIDIA modelopt NVFP4 (and ComfyUI's): two E2M1 codes a byte, an E4M3 scale a 16 inputs
