@@ -138,7 +138,7 @@ _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale
 # A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
 _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
                     "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata", "scales",
-                    "scale_weight", "scaled_fp8")
+                    "scale_weight", "scaled_fp")   # (no digit: the names' digit forms are scanned; scaled_fp8's)
 
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
