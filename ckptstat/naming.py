@@ -273,6 +273,8 @@ QUANT_MEMBER_ROLES = {
     "prob_scale": "kv-scale", "output_scale": "input-scale",
     "SCB": "scale", "weight_format": "quant-state",                                                  # bitsandbytes int8
     "comfy_quant": "quant-state", "scale_weight": "scale", "scale_input": "input-scale",              # ComfyUI
+    "embedding_scale": "scale", "input_activation_scale": "input-scale",                             # Gemma's
+    "output_activation_scale": "input-scale",
     "absmax": "absmax", "nested_absmax": "absmax", "quant_map": "quant-map",                         # bitsandbytes 4-bit
     "nested_quant_map": "quant-map",
     "blocks": "packed-weight",                                        # gpt-oss MXFP4 (its `scales`: scale)
@@ -289,9 +291,9 @@ def quant_member_role(suffix: str, method: str) -> str:
     """The role of a quantised weight's member from its suffix (`qzeros`, `weight.absmax` -> `absmax`)."""
     if suffix.startswith("quant_state."):
         return "quant-state"
-    if suffix == "weight":
+    if suffix in ("weight", "embedding_quantized"):
         return ("packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx", "modelopt nvfp4",
-                                                      "comfyui nvfp4")) or method == "bitnet"
+                                                      "comfyui nvfp4")) or method in ("bitnet", "gemma int4", "gemma int2")
                 else "quantized-weight")
     if suffix == "W_q" and method == "hqq 8-bit":   # HQQ's 8bit_u8 packing: one value per byte
         return "quantized-weight"

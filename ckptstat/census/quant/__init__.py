@@ -123,6 +123,7 @@ _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
 _CONFIG_METHODS: dict[str, str | tuple[str, ...]] = {
     "fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
     "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4", "hqq": "hqq", "bitnet": "bitnet",
+    "gemma": "gemma",
     "quanto": "quanto", "torchao": "torchao", "modelopt": ("modelopt", "fp8")}
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
@@ -138,7 +139,8 @@ _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale
 # A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
 _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
                     "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata", "scales",
-                    "scale_weight", "scaled_fp")   # (no digit: the names' digit forms are scanned; scaled_fp8's)
+                    "scale_weight", "scaled_fp",   # (no digit: the names' digit forms are scanned; scaled_fp8's)
+                    "embedding_quantized")
 
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
@@ -303,6 +305,8 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
     if "_weight_qdata" in s:
         t = quanto_hqq_torchao.torchao(prefix, s, notes)
         return None if t is None else _weight(t.name, t.shape, t.method, t.bits, t.members)
+    if method_cfg == "gemma":
+        return _gemma(prefix, s, q)
     w = s.get("weight")
     if w is None:
         return None
@@ -333,6 +337,34 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
             label = f"compressed-tensors {'float' if w.dtype in _F8 else 'int'}-quantized"
         return _weight(prefix + "weight", w.shape, label, 8, _pick(s, _MEMBERS["fp8"]))
     return None
+
+
+def _gemma(prefix: str, s: dict[str, TensorInfo], q: Mapping[str, Any]) -> QuantWeight | None:
+    """transformers' Gemma quantisation (integrations/gemma_quant.py, quant_method gemma): QuantizedLinear's `weight`
+    int8 [out, in], or two (int4) or four (int2) values a uint8 [out, ceil(in x bits / 8)], its `weight_scale` [out, 1]
+    and SRQ activation scales; QuantizedEmbedding's `embedding_quantized` and `embedding_scale` (the logical
+    `weight`). The bits of a packed module: the first `module_quant_configs` pattern its name matches (re.search, as
+    replace_with_quant_layers does), else `num_bits` (default 4). A width that is not a whole number of bytes cannot
+    be told from the shapes: the packed width is counted whole."""
+    codes = s.get("embedding_quantized") if "embedding_scale" in s else s.get("weight") if "weight_scale" in s else None
+    if codes is None or len(codes.shape) != 2 or codes.dtype not in ("U8", "I8"):
+        return None
+    if codes.dtype == "I8":
+        bits = 8
+    else:
+        bits = _bits_of(q.get("num_bits")) or 4
+        for pattern, override in (q.get("module_quant_configs") or {}).items():
+            try:
+                found = re.search(pattern, prefix[:-1]) is not None
+            except (re.error, TypeError):
+                continue
+            if found:
+                bits = _bits_of(override.get("num_bits") if isinstance(override, dict) else None) or bits
+                break
+    members = _pick(s, ("embedding_quantized", "embedding_scale") if "embedding_scale" in s else
+                    ("weight", "weight_scale", "input_activation_scale", "output_activation_scale"))
+    rows, width = codes.shape
+    return _weight(prefix + "weight", (rows, width * 8 // bits), f"gemma int{bits}", bits, members)
 
 
 def _gptq_awq(prefix: str, s: dict[str, TensorInfo], q: Mapping[str, Any], method_cfg: str | None,
