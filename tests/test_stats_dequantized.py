@@ -733,3 +733,49 @@ def test_diff_of_two_quantisations_of_one_model_compares_their_values():
         assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
     assert {t["status"] for n, t in by.items() if "model." + n not in xs} == {"equal"}
     assert {t["status"] for t in diff(open_checkpoint(two), open_checkpoint(two))["tensors"]} == {"equal"}
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_comfyui_fp8_is_what_comfyui_dequantizes(tmp_path, older):
+    """ComfyUI's FP8 saves (comfy/ops.py MixedPrecisionOps: `weight` float8 E4M3, float32 `weight_scale`, `comfy_quant`;
+    older files: `scale_weight`, `scale_input`): each row is TensorCoreFP8Layout.dequantize's value, the code cast to
+    the compute dtype (bfloat16) times the float32 scale, written here as comfy/quant_ops.py writes it; `diff` of the
+    model and its FP8 save compares those values."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = {f"blocks.{i}.ffn.0.weight": torch.randn(48, 32) * (i + 1) for i in range(3)}
+    model.update({f"blocks.{i}.ffn.0.bias": torch.randn(48) for i in range(3)})
+    saved, want = {}, {}
+    for name, w in model.items():
+        if not name.endswith(".weight"):
+            saved[name] = w.to(torch.bfloat16)
+            continue
+        scale = (w.abs().amax() / torch.finfo(torch.float8_e4m3fn).max).to(torch.float32)   # TensorCoreFP8Layout.quantize
+        codes = (w * (1.0 / scale).to(w.dtype)).to(torch.float8_e4m3fn)
+        module = name[:-len("weight")]
+        saved[name] = codes
+        saved[module + ("scale_weight" if older else "weight_scale")] = scale
+        if older:
+            saved[module + "scale_input"] = torch.ones((), dtype=torch.float32)
+        else:
+            saved[module + "comfy_quant"] = torch.tensor(list(b'{"format": "float8_e4m3fn"}'), dtype=torch.uint8)
+        want[name] = torch.ops.aten._to_copy.default(codes, dtype=torch.bfloat16) * scale   # its dequantize
+    if older:
+        saved["scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
+    path = str(tmp_path / "model_fp8.safetensors")
+    save_file(saved, path)
+    r = _report(path)
+    _rows_are(r, want)
+    assert r["dequantized"]["methods"] == {"comfyui scaled fp8" if older else "comfyui fp8": len(want)}
+    original = str(tmp_path / "model_bf16.safetensors")
+    save_file({n: w.to(torch.bfloat16) for n, w in model.items()}, original)
+    from ckptstat.analysis.diff import diff
+
+    d = diff(open_checkpoint(original), open_checkpoint(path))
+    changed = {row["name"]: row for row in d["tensors"] if row["status"] == "values"}
+    assert set(changed) == set(want)
+    for name, x in want.items():
+        a = model[name].to(torch.bfloat16).double()
+        assert changed[name]["max_abs"] == pytest.approx((a - x.double()).abs().max().item(), rel=1e-12)
+        assert changed[name]["b_dtype"] == "BF16" and changed[name]["b_shape"] == list(x.shape)

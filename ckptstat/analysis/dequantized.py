@@ -241,6 +241,23 @@ def _modelopt_nvfp4(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     return Scaled(ckpt, codes.name, scale.name, None, "F4", 4, 16, cols, dtype, 1, True, glob.name, False)
 
 
+COMFYUI_DTYPE = "BF16"   # the compute dtype ComfyUI picks for these models where the device has bfloat16
+
+
+def _comfyui_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """ComfyUI's FP8 weights (comfy/quant_ops.py TensorCoreFP8Layout.dequantize: the code cast to the compute dtype,
+    times the float32 scale): `weight` float8 E4M3 of the logical 2-D shape and one float32 `weight_scale` (older
+    files: `scale_weight`), each value the code times the scale in float32, rounded to bfloat16 (COMFYUI_DTYPE: the
+    compute dtype is ComfyUI's choice at load, bfloat16 on the GPUs that have it). Else None."""
+    m = _by_last_part(ckpt, w)
+    codes, scale = m.get("weight"), m.get("weight_scale") or m.get("scale_weight")
+    if (codes is None or scale is None or len(w.shape) != 2 or codes.dtype != "F8_E4M3" or codes.shape != w.shape
+            or scale.dtype != "F32" or scale.numel != 1):
+        return None
+    cols = w.shape[1]
+    return Scaled(ckpt, codes.name, scale.name, None, "F8_E4M3", 8, cols, cols, COMFYUI_DTYPE, float32=True)
+
+
 def _modelopt_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """NVIDIA modelopt's FP8 weights (export_hf_checkpoint): `weight` float8 E4M3 of the logical 2-D shape and one
     float32 `weight_scale`, read as FP8QTensor.dequantize returns them: code and scale each cast to the model's dtype
@@ -370,6 +387,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _modelopt_nvfp4(ckpt, w)
     if w.method == "fp8" and _quant_config(ckpt).get("quant_method") == "modelopt":
         return _modelopt_fp8(ckpt, w)
+    if w.method in ("comfyui fp8", "comfyui scaled fp8"):
+        return _comfyui_fp8(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
     if w.method == "bitsandbytes-int8":
