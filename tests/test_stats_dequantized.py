@@ -779,3 +779,46 @@ def test_comfyui_fp8_is_what_comfyui_dequantizes(tmp_path, older):
         a = model[name].to(torch.bfloat16).double()
         assert changed[name]["max_abs"] == pytest.approx((a - x.double()).abs().max().item(), rel=1e-12)
         assert changed[name]["b_dtype"] == "BF16" and changed[name]["b_shape"] == list(x.shape)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gemma_quantisation_is_what_its_layers_dequantize(tmp_path, dtype):
+    """transformers' Gemma quantisation (int8, packed int4 and int2 Linear weights by module pattern, the quantised
+    embedding table): each row is the module's own `_dequantize_weights` in the model's dtype (QuantizedLinear's with
+    that dtype; QuantizedEmbedding's in its output dtype), codes and scales drawn at random."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from transformers.integrations.gemma_quant import QuantizedEmbedding, QuantizedLinear, replace_with_quant_layers
+    from transformers.utils.quantization_config import GemmaQuantizationConfig
+
+    config = Gemma3TextConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False)
+    model = Gemma3ForCausalLM(config).to(getattr(torch, dtype))
+    quant = GemmaQuantizationConfig(num_bits=4, quantize_embeddings=True, modules_to_not_convert=["lm_head"],
+                                    module_quant_configs={r"mlp\.down_proj": {"num_bits": 2},
+                                                          r"self_attn\.o_proj": {"num_bits": 8}})
+    replace_with_quant_layers(model, quantization_config=quant, modules_to_not_convert=["lm_head"])
+    g = torch.Generator().manual_seed(0)
+    want = {}
+    for name, m in model.named_modules():
+        if isinstance(m, QuantizedLinear):
+            codes, scale = m.weight, m.weight_scale
+        elif isinstance(m, QuantizedEmbedding):
+            codes, scale = m.embedding_quantized, m.embedding_scale
+        else:
+            continue
+        low, high = (-128, 128) if codes.dtype == torch.int8 else (0, 256)
+        codes.data = torch.randint(low, high, codes.shape, generator=g).to(codes.dtype)
+        scale.data = torch.rand(scale.shape, generator=g) * 0.02 + 1e-3
+        want[name + ".weight"] = (m.weight if isinstance(m, QuantizedEmbedding)
+                                  else m._dequantize_weights(getattr(torch, dtype))).detach()
+    model.config.quantization_config = quant
+    model.save_pretrained(tmp_path)
+    with open(tmp_path / "config.json") as f:   # (the model's dtype, as a bfloat16 / float16 save records it)
+        cfg = json.load(f)
+    cfg["dtype"] = dtype
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(cfg, f)
+    r = _report(str(tmp_path))
+    _rows_are(r, want)
+    assert sum(r["dequantized"]["methods"].values()) == len(want)
+    assert set(r["dequantized"]["methods"]) == {"gemma int2", "gemma int4", "gemma int8"}

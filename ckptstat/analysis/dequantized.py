@@ -258,6 +258,25 @@ def _comfyui_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     return Scaled(ckpt, codes.name, scale.name, None, "F8_E4M3", 8, cols, cols, COMFYUI_DTYPE, float32=True)
 
 
+def _gemma(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """transformers' Gemma quantisation (integrations/gemma_quant.py): QuantizedLinear's `weight` (int8, or int4 / int2
+    packed in uint8) and `weight_scale` [out, 1], QuantizedEmbedding's `embedding_quantized` and `embedding_scale`
+    [rows, blocks], as their _dequantize_weights returns them in the model's dtype (config.json's, F16 or BF16): code
+    and scale each cast to it, their product rounded to it. Else None (a float32 model: not a 16-bit value)."""
+    m = _by_last_part(ckpt, w)
+    codes = m.get("weight") or m.get("embedding_quantized")
+    scale = m.get("weight_scale") or m.get("embedding_scale")
+    dtype, bits = _model_dtype(ckpt), int(w.bits or 0)
+    if codes is None or scale is None or dtype is None or len(w.shape) != 2 or scale.dtype != "F32" or bits not in (2, 4, 8):
+        return None
+    rows, cols = w.shape
+    if (len(scale.shape) != 2 or scale.shape[0] != rows or not scale.shape[1] or cols % scale.shape[1]
+            or codes.shape != (rows, cols * bits // 8) or codes.dtype != ("I8" if bits == 8 else "U8")):
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None, "int8" if bits == 8 else "offset", bits, cols // scale.shape[1],
+                  cols, dtype, scale_rounded=True)
+
+
 def _modelopt_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """NVIDIA modelopt's FP8 weights (export_hf_checkpoint): `weight` float8 E4M3 of the logical 2-D shape and one
     float32 `weight_scale`, read as FP8QTensor.dequantize returns them: code and scale each cast to the model's dtype
@@ -389,6 +408,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _modelopt_fp8(ckpt, w)
     if w.method in ("comfyui fp8", "comfyui scaled fp8"):
         return _comfyui_fp8(ckpt, w)
+    if w.method.startswith("gemma int"):
+        return _gemma(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
     if w.method == "bitsandbytes-int8":

@@ -24,7 +24,10 @@ class Scaled:
     float8, `weight_scale_inv` one scale a block of `block_rows` rows x `group` columns (float32 or E8M0); each value
     as its Fp8Dequantize computes it, code x scale in float32, then rounded to the model's dtype (`float32` True).
     bitsandbytes' LLM.int8: `weight` int8, `SCB` float32 one a row; each value as its int8_vectorwise_dequant computes
-    it, code x SCB in float32, x 1/127 in float32 (`factor`), then rounded to the model's dtype."""
+    it, code x SCB in float32, x 1/127 in float32 (`factor`), then rounded to the model's dtype. transformers' Gemma
+    quantisation: int8 codes, or int4 / int2 two / four a uint8 byte (low bits first), stored + 2^(bits-1); a float32
+    scale a row (QuantizedLinear) or a block of a row (QuantizedEmbedding); code and scale cast to the model's dtype,
+    their product rounded to it (`scale_rounded`)."""
     src: Checkpoint
     codes: str
     scales: str
@@ -54,6 +57,10 @@ class Scaled:
         if self.kind == "F4":
             raw = np.asarray(self.src.read_elements(self.codes, r0 * self.cols // 2, n // 2))
             q = unpack_bits(raw.astype(np.uint8, copy=False), 4, n)
+        elif self.src.tensors[self.codes].dtype == "U8" and self.bits < 8:   # two or four codes a byte, low bits first
+            per = 8 // self.bits
+            raw = np.asarray(self.src.read_elements(self.codes, r0 * self.cols // per, n // per))
+            q = unpack_bits(raw.astype(np.uint8, copy=False), self.bits, n)
         elif self.src.tensors[self.codes].dtype == "I32":
             words = self.cols * self.bits // 32
             raw = np.asarray(self.src.read_elements(self.codes, r0 * words, (r1 - r0) * words))
