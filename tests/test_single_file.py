@@ -29,6 +29,7 @@ from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
 from ckptstat.census.diffusion import KEYS, PIPELINES, layout  # noqa: E402
 
+UNET = "model.diffusion_model."
 EXPECTED = json.loads(open(fixture("single_file/expected.json"), encoding="utf-8").read())
 FILES = sorted(k for k in EXPECTED if k.endswith((".safetensors", ".ckpt")))
 
@@ -67,6 +68,26 @@ def test_the_ema_copy_holds_what_diffusers_extracts():
     ckpt = open_checkpoint(path)
     shadow = [t for n, t in ckpt.tensors.items() if n.startswith("state_dict.model_ema.diffusion_model")]
     assert sum(t.numel for t in shadow) == EXPECTED["sd15.ckpt"]["ema_copy"]
+
+
+@pytest.mark.parametrize("name", [f for f in FILES if f.endswith(".safetensors")])
+@pytest.mark.parametrize("prefix", ["", "model.diffusion_model."])
+def test_a_unet_alone(tmp_path, name, prefix):
+    """A UNet in LDM's names alone ("UNet only" files, ComfyUI-GGUF's SD 1.x / XL), bare or under its prefix: the UNet
+    as diffusers loads it from the pipeline's file; diffusers' rules type no UNet alone (they answer their fallback,
+    "v1", for XL's too), so no model type is given; XL's size conditioning named where the file is XL."""
+    from safetensors.torch import load_file, save_file
+
+    state = {n: t for n, t in load_file(fixture(f"single_file/{name}")).items() if n.startswith(UNET)}
+    alone = {prefix + n[len(UNET):]: t for n, t in state.items()}
+    path = tmp_path / "unet.safetensors"
+    save_file(alone, str(path))
+    assert single_file_utils.infer_diffusers_model_type(alone) == "v1"
+    r = summarize(open_checkpoint(str(path)))
+    one = r["single_file"]
+    assert r["architecture"]["family"] == "unet" and one["model_type"] is None and one["pipeline"] is None
+    assert {c["component"]: c["params"] for c in one["components"]} == {"unet": EXPECTED[name]["components"]["unet"]}
+    assert ("XL's size conditioning" in one["what"]) == EXPECTED[name]["model_type"].startswith("xl")
 
 
 def _meta(path: str) -> dict:
@@ -121,12 +142,13 @@ def test_the_config_repositories_are_diffusers_own():
 
 
 def test_not_a_pipeline_in_one_file():
-    """A bare UNet in the original names (no VAE, no text encoder beside it) and a VAE alone are no pipeline; a
-    diffusers-named UNet neither."""
+    """A UNet in the original names with no VAE or text encoder beside it is a UNet alone (test_a_unet_alone), no
+    pipeline; the VAE under the pipeline's prefix and the text encoder alone are neither."""
     d = _meta(fixture("single_file/sd15.safetensors"))
     for keep in ("model.diffusion_model.", "first_stage_model.", "cond_stage_model."):
         part = {k: v for k, v in d.items() if k.startswith(keep)}
-        assert layout(part, lambda n, part=part: tuple(part[n].shape)) is None, keep
+        found = layout(part, lambda n, part=part: tuple(part[n].shape))
+        assert (found and found.family) == ("unet" if keep == UNET else None), keep
 
 
 def test_the_cli_shows_the_components(cli):

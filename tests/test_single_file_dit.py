@@ -349,3 +349,39 @@ def test_comfyuis_quantised_files_count_the_model(tmp_path, fmt, method):
     assert r["quantization"]["method"] == method
     linears = sum(1 for n, s in m["tensors"].items() if n.endswith(".weight") and len(s) == 2)
     assert [(x["method"], x["weights"]) for x in r["quantization"]["methods"]] == [(method, linears)]
+
+
+@pytest.mark.parametrize("name, arch", [("sd15.safetensors", "sd1"), ("sdxl.safetensors", "sdxl")])
+def test_a_comfyui_gguf_unet(tmp_path, name, arch):
+    """ComfyUI-GGUF's SD 1.x / XL files: the UNet alone in LDM's bare names, each tensor of at least 512 elements whose
+    rows are not whole 256s flattened to rows of 256 with its shape recorded (tools/convert.py `shape_fix`, its
+    REARRANGE_THRESHOLD), F32 here: read back at the recorded shapes, values in order, the UNet as diffusers loads it
+    from the pipeline's file (fixtures/single_file/expected.json)."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    unet = {n[len(UNET):]: v for n, v in load_file(fixture(f"single_file/{name}")).items() if n.startswith(UNET)}
+    path = str(tmp_path / "unet-F32.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    flattened = 0
+    for key, data in unet.items():
+        data = data.astype(np.float32)
+        if data.ndim > 1 and data.size >= 512 and data.size % 256 == 0 and data.shape[-1] % 256:
+            w.add_array(f"comfy.gguf.orig_shape.{key}", [int(d) for d in data.shape])
+            data = data.reshape(-1, 256)
+            flattened += 1
+        w.add_tensor(key, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert flattened
+    ckpt = open_checkpoint(path)
+    assert {n: tuple(t.shape) for n, t in ckpt.tensors.items()} == {n: v.shape for n, v in unet.items()}
+    some = next(n for n, v in unet.items() if v.ndim == 4 and v.size % 256 == 0 and v.shape[-1] % 256)
+    assert np.array_equal(ckpt.read(some), unet[some].astype(np.float32))
+    r = summarize(ckpt)
+    assert r["architecture"]["family"] == "unet"
+    assert {c["component"]: c["params"] for c in r["single_file"]["components"]} == {
+        "unet": json.loads(open(fixture("single_file/expected.json")).read())[name]["components"]["unet"]}

@@ -143,10 +143,11 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
     if wrapper is None:   # (diffusers tries a ControlNet, then SD 3, then FLUX.1)
-        return _controlnet(names, shape) or _sd3(names, shape) or _flux(names, shape) or _vae(names, shape)
+        return (_controlnet(names, shape) or _sd3(names, shape) or _flux(names, shape) or _vae(names, shape)
+                or _unet_alone(names, shape, ""))
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
-    if not any(n.startswith(beside) for n in names):
-        return None   # a bare UNet: no pipeline's layout (diffusers reads it as a model, not a pipeline)
+    if not any(n.startswith(beside) for n in names):   # a UNet alone: no pipeline's layout
+        return _unet_alone(names, shape, wrapper + UNET)
 
     def has(key: str) -> bool:
         return wrapper + key in names
@@ -176,6 +177,24 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
         kind = "v1"
     return Layout("stable_diffusion", "a Stable Diffusion pipeline", kind, PIPELINES.get(kind), wrapper, UNET_PARTS,
                   OTHER)
+
+
+UNET_KEYS = ("input_blocks.0.0.weight", "time_embed.0.weight", "out.2.weight")   # openaimodel.py's UNetModel
+
+
+def _unet_alone(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None], prefix: str) -> Layout | None:
+    """A UNet in LDM's names alone (openaimodel.py UNetModel: Stable Diffusion's, as "UNet only" files and ComfyUI-GGUF's
+    quantised SD 1.x / XL hold it, bare or under `model.diffusion_model.`; ADM's). diffusers' rules type no UNet
+    without the pipeline beside it: no model type. Said: its text width (the first cross-attention's keys' input),
+    and XL's size conditioning (`label_emb`)."""
+    if not all(prefix + k in names for k in UNET_KEYS) or (prefix and not all(n.startswith(prefix) for n in names)):
+        return None
+    context = next((axis_size(shape, n, 1) for n in names if n.startswith(prefix + "input_blocks.")
+                    and n.endswith(".transformer_blocks.0.attn2.to_k.weight")), None)
+    said = [f"text width {context}" if context else "no cross-attention"]
+    if prefix + "label_emb.0.0.weight" in names:
+        said.append("XL's size conditioning")
+    return Layout("unet", f"a UNet alone (LDM's names, {', '.join(said)})", None, None, "", ((prefix, "unet"),), "unet")
 
 
 def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
