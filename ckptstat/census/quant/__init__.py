@@ -353,7 +353,8 @@ def _gemma(prefix: str, s: dict[str, TensorInfo], q: Mapping[str, Any]) -> Quant
         bits = 8
     else:
         bits = _bits_of(q.get("num_bits")) or 4
-        for pattern, override in (q.get("module_quant_configs") or {}).items():
+        patterns = q.get("module_quant_configs")
+        for pattern, override in (patterns.items() if isinstance(patterns, dict) else ()):
             try:
                 found = re.search(pattern, prefix[:-1]) is not None
             except (re.error, TypeError):
