@@ -11,8 +11,9 @@ from ..core import Checkpoint, TensorInfo
 from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
-from .diffusion import Layout, layout
+from .diffusion import GATES, Layout, layout
 from .diffusion import is_buffer as diffusion_buffer
+from .diffusion_dit import GATES as DIT_GATES
 from .diffusion_dit import layout as dit_layout
 from .lora_file import is_buffer as lora_buffer
 from .lora_file import naming
@@ -119,11 +120,14 @@ def lora_naming(ckpt: Checkpoint) -> str | None:
     return ckpt.derived("lora_naming", lambda c: None if c.adapter is not None or c.config else naming(c.tensors))
 
 
+ONE_FILE_GATES = GATES | DIT_GATES
+
+
 def diffusion_layout(ckpt: Checkpoint) -> Layout | None:
     """A diffusion pipeline saved as one file (census/diffusion.py), without a config.json; else None. A GGUF file too:
     ComfyUI-GGUF's quantised FLUX.1 keeps Black Forest Labs' names (its general.architecture "flux")."""
     def find(c: Checkpoint) -> Layout | None:
-        if c.config or c.adapter is not None:
+        if c.config or c.adapter is not None or ONE_FILE_GATES.isdisjoint(c.tensors):   # (one pass over the names)
             return None
         def shape(n: str) -> tuple[int, ...] | None:
             return tuple(c.tensors[n].shape) if n in c.tensors else None

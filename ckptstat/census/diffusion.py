@@ -283,3 +283,9 @@ def _openclip(prefix: str, rest: str, part: str) -> str:
     if prefix == OPENCLIP[0] and rest.startswith(SD2_IGNORED):
         return NOT_LOADED
     return part if rest.startswith("transformer.") or rest in OPENCLIP_LOADED else NOT_LOADED
+
+
+# A name every layout here holds (each one's first test): census/counts.py tells a checkpoint with none of them in one
+# pass over its names, before any look-up (a look-up scans a big header's names: core/tensor_table.py)
+GATES = frozenset((*(w + UNET + "input_blocks.0.0.weight" for w in WRAPPERS), *CONTROLNET, VAE_KEYS[0], UNET_KEYS[0],
+                   *(p + KEYS[k] for p in ("", UNET) for k in ("sd3", "sd35_large", "flux"))))

@@ -154,3 +154,5 @@ MODELS: dict[str, tuple[str, Reader]] = {
     QWEN_IMAGE: ("qwen_image", lambda names, shape, inner: (   # (no model type: see QWEN_IMAGE)
         f"a Qwen-Image transformer ({_blocks(names, inner + 'transformer_blocks.')} blocks)", None)),
 }
+# The names one of which each of these holds (census/diffusion.py GATES)
+GATES = frozenset((*(p + key for key in MODELS for p in PREFIXES), *LTX_VAE, WAN_VAE))
