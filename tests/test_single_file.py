@@ -490,3 +490,59 @@ def test_a_vae_alone(tmp_path):
     state["model.diffusion_model.out.2.weight"] = torch.zeros(2, 2)
     save_file(state, path)
     assert summarize(open_checkpoint(path))["single_file"] is None
+
+
+# ------------------------------------------------------------------------------------------------------- AnimateDiff
+
+MOTION_ADAPTERS = {   # the MotionAdapter configs of guoyww's diffusers repositories, by diffusers' model type
+    "animatediff_v1": dict(use_motion_mid_block=False, motion_max_seq_length=24),
+    "animatediff_v2": dict(use_motion_mid_block=True, motion_max_seq_length=32),
+    "animatediff_v3": dict(use_motion_mid_block=False, motion_max_seq_length=32),
+    "animatediff_sdxl_beta": dict(block_out_channels=(320, 640, 1280), use_motion_mid_block=False,
+                                  motion_max_seq_length=32)}
+
+
+def _guoyww(state: dict, frames: int) -> dict:
+    """AnimateDiff's original names for a diffusers MotionAdapter's state (shapes only): what
+    `convert_animatediff_checkpoint_to_diffusers` reads (checked by running it), with the positional encoding each
+    attention block of the original registered and saved ([1, frames, width]), which that converter drops."""
+    import re
+
+    out: dict = {}
+    for name, t in state.items():
+        if name.endswith(".pos_embed.pe"):
+            continue
+        n = re.sub(r"(motion_modules\.\d+\.)", r"\1temporal_transformer.", name, count=1)
+        for new, old in ((".attn1", ".attention_blocks.0"), (".attn2", ".attention_blocks.1"), (".norm1", ".norms.0"),
+                         (".norm2", ".norms.1"), (".norm3", ".ff_norm")):
+            n = n.replace(new, old)
+        out[n] = t
+        if n.endswith(".attention_blocks.0.to_q.weight") or n.endswith(".attention_blocks.1.to_q.weight"):
+            out[n[:-len("to_q.weight")] + "pos_encoder.pe"] = torch.empty((1, frames, t.shape[0]), device="meta")
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(MOTION_ADAPTERS))
+def test_animatediff_motion_modules(tmp_path, kind):
+    """AnimateDiff's motion modules at their real sizes (sparse files) in their original names: diffusers' model type,
+    MotionAdapter's parameters (its positional encodings, saved by the original code, counted apart as buffers)."""
+    from diffusers import MotionAdapter
+
+    with torch.device("meta"):
+        adapter = MotionAdapter(**MOTION_ADAPTERS[kind])
+    state = adapter.state_dict()
+    original = _guoyww(state, adapter.config.motion_max_seq_length)
+    back = single_file_utils.convert_animatediff_checkpoint_to_diffusers(original)
+    assert {k: tuple(v.shape) for k, v in back.items()} == {
+        k: tuple(v.shape) for k, v in state.items() if not k.endswith(".pos_embed.pe")}
+    assert single_file_utils.infer_diffusers_model_type(original) == kind
+    path = tmp_path / "mm.safetensors"
+    _sparse_safetensors(path, original)
+    r = summarize(open_checkpoint(str(path)))
+    one = r["single_file"]
+    assert r["architecture"]["family"] == "animatediff" and one["model_type"] == kind
+    assert one["pipeline"] == single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS[kind]["pretrained_model_name_or_path"]
+    (row,) = one["components"]
+    assert row["params"] == r["parameters"]["unique"] == sum(p.numel() for p in adapter.parameters())
+    assert row["buffers"] == sum(n.endswith(".pos_encoder.pe") for n in original)
+    assert f"{adapter.config.motion_max_seq_length} frames" in one["what"]

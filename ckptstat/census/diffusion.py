@@ -52,6 +52,12 @@ CONTROLNET_XL_LARGE = "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_
 CONTROLNET_XL_MID = "down_blocks.1.attentions.0.norm.weight"
 CONTROLNET_CONTEXT = ("control_model.middle_block.1.transformer_blocks.0.attn2.to_k.weight",   # its text width
                       "mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight")
+# AnimateDiff's motion modules (guoyww/AnimateDiff's mm_*.ckpt, in its original names): diffusers' keys, the positional
+# encodings' (`pos_encoder.pe`, a buffer the original code registered and saved, which diffusers' converter drops)
+ANIMATEDIFF = "down_blocks.0.motion_modules.0.temporal_transformer.transformer_blocks.0.attention_blocks.0.pos_encoder.pe"
+ANIMATEDIFF_KEYS = {"scribble": "controlnet_cond_embedding.conv_in.weight", "rgb": "controlnet_cond_embedding.weight",
+                    "v2": "mid_block.motion_modules.0.temporal_transformer.norm.bias",
+                    "sdxl_beta": "up_blocks.2.motion_modules.0.temporal_transformer.norm.weight"}
 # Keys of diffusers' models tried before FLUX.1 whose files also hold `double_blocks` (FLUX.2, FLUX.3, Chroma): a file
 # with one of them is not claimed
 NOT_FLUX1 = ("single_stream_modulation.lin.weight", "early_stream_modulations.image.lin.weight",
@@ -69,6 +75,10 @@ PIPELINES = {
     "sd35_large": "stabilityai/stable-diffusion-3.5-large",
     "flux-dev": "black-forest-labs/FLUX.1-dev", "flux-fill": "black-forest-labs/FLUX.1-Fill-dev",
     "flux-depth": "black-forest-labs/FLUX.1-Depth-dev", "flux-schnell": "black-forest-labs/FLUX.1-schnell",
+    "animatediff_v1": "guoyww/animatediff-motion-adapter-v1-5", "animatediff_v2": "guoyww/animatediff-motion-adapter-v1-5-2",
+    "animatediff_v3": "guoyww/animatediff-motion-adapter-v1-5-3",
+    "animatediff_sdxl_beta": "guoyww/animatediff-motion-adapter-sdxl-beta",
+    "animatediff_scribble": "guoyww/animatediff-sparsectrl-scribble", "animatediff_rgb": "guoyww/animatediff-sparsectrl-rgb",
     "controlnet": "lllyasviel/control_v11p_sd15_canny", "controlnet_xl_large": "diffusers/controlnet-canny-sdxl-1.0",
     "controlnet_xl_mid": "diffusers/controlnet-canny-sdxl-1.0-mid",
     "controlnet_xl_small": "diffusers/controlnet-canny-sdxl-1.0-small",
@@ -143,8 +153,8 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
     if wrapper is None:   # (diffusers tries a ControlNet, then SD 3, then FLUX.1)
-        return (_controlnet(names, shape) or _sd3(names, shape) or _flux(names, shape) or _vae(names, shape)
-                or _unet_alone(names, shape, ""))
+        return (_controlnet(names, shape) or _sd3(names, shape) or _animatediff(names, shape) or _flux(names, shape)
+                or _vae(names, shape) or _unet_alone(names, shape, ""))
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):   # a UNet alone: no pipeline's layout
         return _unet_alone(names, shape, wrapper + UNET)
@@ -195,6 +205,22 @@ def _unet_alone(names: Mapping[str, object], shape: Callable[[str], tuple[int, .
     if prefix + "label_emb.0.0.weight" in names:
         said.append("XL's size conditioning")
     return Layout("unet", f"a UNet alone (LDM's names, {', '.join(said)})", None, None, "", ((prefix, "unet"),), "unet")
+
+
+def _animatediff(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """AnimateDiff's motion modules in their original names; the type by diffusers' rules (SparseCtrl's, v2 by its mid
+    block, XL's beta by its last up block's width, v1 by its 24 frames, else v3); the positional encodings buffers."""
+    if ANIMATEDIFF not in names:
+        return None
+    frames = axis_size(shape, ANIMATEDIFF, 1)
+    kind = next((f"animatediff_{k}" for k in ("scribble", "rgb", "v2") if ANIMATEDIFF_KEYS[k] in names), None)
+    if kind is None:
+        kind = ("animatediff_sdxl_beta" if axis_size(shape, ANIMATEDIFF_KEYS["sdxl_beta"], -1) == 320
+                else "animatediff_v1" if frames == 24 else "animatediff_v3")
+    modules = sum(1 for n in names if n.endswith(".temporal_transformer.norm.weight"))
+    what = f"AnimateDiff motion modules ({modules} modules" + (f", {frames} frames)" if frames else ")")
+    encodings = tuple(n for n in names if n.endswith(".pos_encoder.pe"))
+    return Layout("animatediff", what, kind, PIPELINES.get(kind), "", (), "motion_adapter", encodings)
 
 
 def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
@@ -287,5 +313,5 @@ def _openclip(prefix: str, rest: str, part: str) -> str:
 
 # A name every layout here holds (each one's first test): census/counts.py tells a checkpoint with none of them in one
 # pass over its names, before any look-up (a look-up scans a big header's names: core/tensor_table.py)
-GATES = frozenset((*(w + UNET + "input_blocks.0.0.weight" for w in WRAPPERS), *CONTROLNET, VAE_KEYS[0], UNET_KEYS[0],
+GATES = frozenset((*(w + UNET + "input_blocks.0.0.weight" for w in WRAPPERS), *CONTROLNET, VAE_KEYS[0], UNET_KEYS[0], ANIMATEDIFF,
                    *(p + KEYS[k] for p in ("", UNET) for k in ("sd3", "sd35_large", "flux"))))
