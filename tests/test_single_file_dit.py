@@ -101,9 +101,11 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
             assert f"{len(c['vace_layers'])} VACE blocks" in what
     elif label == "hunyuanvideo-t2v":
         assert f"{c['mm_double_blocks_depth']} double- and {c['mm_single_blocks_depth']} single-stream" in what
+        assert f"{c['in_channels']} input channels" in what
         assert "guidance-distilled" in what and c["guidance_embed"]
     elif label in ("flux2-dev", "chroma"):
         assert f"{c['depth']} double- and {c['depth_single_blocks']} single-stream" in what
+        assert f"{c['in_channels']} input channels" in what
         assert ("guidance-distilled" in what) == (label == "flux2-dev")   # (Chroma's guidance is its approximator's)
     elif label == "lumina2":
         assert what == f"a Lumina 2 transformer ({_count(m, 'layers.')} layers, width {m['tensors']['x_embedder.weight'][0]})"

@@ -122,11 +122,14 @@ def _ltx(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
     return f"an LTX-Video transformer ({blocks} blocks)", kind
 
 
-def _two_streams(title: str, guidance: str, kind: str | None, bare_only: bool = False) -> Reader:
-    """FLUX.1's descendants: double-stream blocks, then single-stream blocks."""
+def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare_only: bool = False) -> Reader:
+    """FLUX.1's descendants: double-stream blocks, then single-stream blocks; the input channels of the patch
+    embedding `patches` (HunyuanVideo's image-to-video model: 33 against 16; diffusers' type is the same)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+        channels = axis_size(shape, inner + patches, 1)
         what = (f"a {title} transformer ({_blocks(names, inner + 'double_blocks.')} double- and "
                 f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks"
+                + (f", {channels} input channels" if channels else "")
                 + (", guidance-distilled" if inner + guidance in names else "") + ")")
         return what, None if bare_only and inner else kind
     return read
@@ -143,11 +146,11 @@ def _layers(title: str, kind: str) -> Reader:
 
 # key -> (family, reader), in diffusers' order
 MODELS: dict[str, tuple[str, Reader]] = {
-    FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev")),
-    CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma")),
+    FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev", "img_in.weight")),
+    CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma", "img_in.weight")),
     LTX: ("ltx_video", _ltx),
     HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
-                                                  bare_only=True)),
+                                                  "img_in.proj.weight", bare_only=True)),
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
     WAN: ("wan", _wan),
