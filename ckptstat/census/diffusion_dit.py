@@ -124,7 +124,7 @@ def _ltx(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
 
 def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare_only: bool = False) -> Reader:
     """FLUX.1's descendants: double-stream blocks, then single-stream blocks; the input channels of the patch
-    embedding `patches` (HunyuanVideo's image-to-video model: 33 against 16; diffusers' type is the same)."""
+    embedding `patches` (HunyuanVideo-I2V's latent concatenation: 33 against 16; diffusers' type is the same)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
         channels = axis_size(shape, inner + patches, 1)
         what = (f"a {title} transformer ({_blocks(names, inner + 'double_blocks.')} double- and "
