@@ -13,6 +13,9 @@ and as diffusers' `from_single_file` reads it (docs/adapters.md, "Single-file di
   (`text_encoders.clip_l.`, `text_encoders.t5xxl.`);
 - a ControlNet alone: LDM's under `control_model.` (the ControlNet 1.1 releases, as ControlLDM holds it) or diffusers'
   (`controlnet_cond_embedding`), SDXL's by diffusers' keys;
+- AnimateDiff's motion modules in their original names (`motion_modules.N.temporal_transformer`), their saved
+  positional encodings buffers;
+- a UNet alone in LDM's names (openaimodel.py's UNetModel), bare or under `model.diffusion_model.`;
 - a VAE alone in LDM's names (`vae-ft-mse-840000-ema-pruned.safetensors`, SDXL's `sdxl_vae`, FLUX's `ae.safetensors`):
   `encoder.` / `decoder.` with LDM's block names (`mid.attn_1.q`), `quant_conv` / `post_quant_conv` where it has them.
 
