@@ -31,7 +31,8 @@ HEADERS = json.loads(open(fixture("single_file/dit_headers.json"), encoding="utf
 MODELS = HEADERS["models"]
 FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyuanvideo-t2v": "hunyuan_video",
             "flux2-dev": "flux2", "chroma": "chroma", "lumina2": "lumina2", "z-image-turbo": "z_image",
-            "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet"}
+            "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet",
+            "mochi-1-preview": "mochi"}
 UNET = "model.diffusion_model."
 
 
@@ -114,6 +115,8 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert what == f"a Z-Image transformer ({_count(m, 'layers.')} layers, width {dim})"
     elif label.startswith("wan"):
         assert f"({c['z_dim']} latent channels)" in what
+    elif label == "mochi-1-preview":
+        assert what == f"a Mochi transformer ({c['depth']} asymmetric blocks)"
     elif label.startswith("controlnet"):
         assert what == f"a ControlNet (text width {c['context_dim']})"
     elif label.startswith("ltx"):
@@ -127,7 +130,7 @@ def _count(m: dict, prefix: str) -> int:
 
 
 @pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev", "chroma",
-                                   "lumina2", "z-image-turbo"])
+                                   "lumina2", "z-image-turbo", "mochi-1-preview"])
 def test_under_comfyuis_prefix(tmp_path, label):
     """ComfyUI's checkpoint saves put the transformer under model.diffusion_model.: the same model, the same count;
     the model type where diffusers' rules read that prefix (not HunyuanVideo's)."""

@@ -7,6 +7,7 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - HunyuanVideo (Tencent's `HYVideoDiffusionTransformer`: `double_blocks`, `single_blocks`, `txt_in.individual_token_refiner`);
 - FLUX.2 (Black Forest Labs' `Flux2`: FLUX.1's streams with shared modulations, `single_stream_modulation`) and
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
+- Mochi 1 (Genmo's `AsymmDiTJoint`: `blocks.N.attn.qkv_x`), which diffusers tries before HunyuanVideo;
 - LTX-Video (Lightricks' `Transformer3DModel`: `patchify_proj`, `transformer_blocks`), in its release's one file beside
   its VAE (`model.diffusion_model.` and `vae.`);
 - Qwen-Image (released in diffusers' names: `txt_norm`, `transformer_blocks.N.img_mod`), which diffusers' rules do not
@@ -35,6 +36,7 @@ CHROMA = "distilled_guidance_layer.in_proj.bias"
 HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
 Z_IMAGE = "layers.0.adaLN_modulation.0.weight"
 LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, as diffusers does)
+MOCHI = "blocks.0.attn.qkv_x.weight"
 LTX = "patchify_proj.weight"   # (diffusers also takes a 28th block's `scale_shift_table`, which any DiT may hold)
 LTX_VAE = "vae.decoder.last_scale_shift_table", "vae.decoder.up_blocks.9.res_blocks.0.conv1.conv.weight"
 WAN = "head.modulation"
@@ -149,6 +151,8 @@ MODELS: dict[str, tuple[str, Reader]] = {
     FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev", "img_in.weight")),
     CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma", "img_in.weight")),
     LTX: ("ltx_video", _ltx),
+    MOCHI: ("mochi", lambda names, shape, inner: (
+        f"a Mochi transformer ({_blocks(names, inner + 'blocks.')} asymmetric blocks)", "mochi-1-preview")),
     HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
                                                   "img_in.proj.weight", bare_only=True)),
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
