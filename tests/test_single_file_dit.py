@@ -217,6 +217,37 @@ def test_a_controlnet_in_diffusers_names(tmp_path, change):
         "controlnet": sum(p.numel() for p in model.parameters())}
 
 
+@pytest.mark.parametrize("prefix", ["", UNET])
+def test_qwen_image_21_in_comfyuis_names(tmp_path, prefix):
+    """Qwen-Image 2.1 as ComfyUI's files hold it: diffusers' names but each block's MLP gate and up fused as `gate_up`
+    (gate rows first), which diffusers' own converter splits back into QwenImage21Transformer2DModel's (built at its
+    defaults); diffusers' model type, the model's parameters()."""
+    from diffusers import QwenImage21Transformer2DModel
+
+    with torch.device("meta"):
+        model = QwenImage21Transformer2DModel()
+    state = model.state_dict()
+    original = {}
+    for name, t in state.items():
+        if name.endswith("img_mlp.gate_layer.weight"):
+            up = state[name.replace("gate_layer", "proj")]
+            original[prefix + name.replace("gate_layer", "gate_up")] = torch.empty(
+                (t.shape[0] + up.shape[0], t.shape[1]), device="meta")
+        elif not name.endswith("img_mlp.proj.weight"):
+            original[prefix + name] = t
+    back = single_file_utils.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(original))
+    assert {k: tuple(v.shape) for k, v in back.items()} == {k: tuple(v.shape) for k, v in state.items()}
+    kind = single_file_utils.infer_diffusers_model_type(original)
+    path = tmp_path / "qwen_image_2.1.safetensors"
+    _sparse_safetensors(path, {n: list(t.shape) for n, t in original.items()})
+    r = summarize(open_checkpoint(str(path)))
+    one = r["single_file"]
+    assert r["architecture"]["family"] == "qwen_image" and one["model_type"] == kind == "qwen-image-2.1"
+    assert one["what"] == f"a Qwen-Image 2.1 transformer ({model.config.num_layers} blocks)"
+    assert {c["component"]: c["params"] for c in one["components"]} == {
+        "transformer": sum(p.numel() for p in model.parameters())}
+
+
 # --------------------------------------------------------------------------------------------------- ComfyUI-GGUF
 
 def _comfy_gguf(path: str, arch: str, tensors: dict, orig_shapes: dict | None = None) -> None:

@@ -91,7 +91,7 @@ PIPELINES = {
     "wan-vace-1.3B": "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "wan-vace-14B": "Wan-AI/Wan2.1-VACE-14B-diffusers",
     "ltx-video": "diffusers/LTX-Video-0.9.0", "ltx-video-0.9.1": "diffusers/LTX-Video-0.9.1",
     "ltx-video-0.9.5": "Lightricks/LTX-Video-0.9.5", "ltx-video-0.9.7": "Lightricks/LTX-Video-0.9.7-dev",
-    "mochi-1-preview": "genmo/mochi-1-preview",
+    "mochi-1-preview": "genmo/mochi-1-preview", "qwen-image-2.1": "Qwen/Qwen-Image-2.1",
     "chroma": "lodestones/Chroma1-HD", "lumina2": "Alpha-VLLM/Lumina-Image-2.0", "z-image-turbo": "Tongyi-MAI/Z-Image-Turbo",
 }
 # Prefix -> the pipeline component from_single_file loads from it (first match wins)

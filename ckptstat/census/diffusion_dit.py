@@ -11,7 +11,7 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - LTX-Video (Lightricks' `Transformer3DModel`: `patchify_proj`, `transformer_blocks`), in its release's one file beside
   its VAE (`model.diffusion_model.` and `vae.`);
 - Qwen-Image (released in diffusers' names: `txt_norm`, `transformer_blocks.N.img_mod`), which diffusers' rules do not
-  type;
+  type, and Qwen-Image 2.1 (`txt_in.text_norm`: ComfyUI's names, diffusers' but the MLP's fused `gate_up`);
 - Lumina 2 (Alpha-VLLM's `NextDiT`: `noise_refiner`, `context_refiner`, `layers`, `cap_embedder`) and Z-Image
   (Tongyi-MAI's `ZImageTransformer2DModel`, the same plan: `all_x_embedder`, `layers.N.adaLN_modulation.0`).
 
@@ -45,6 +45,7 @@ WAN_ANIMATE = "motion_encoder.dec.direction.weight"
 WAN_VAE = "decoder.middle.0.residual.0.gamma"
 # Qwen-Image (1): released in diffusers' own names (QwenImageTransformer2DModel), which ComfyUI's copies keep; diffusers'
 # single-file rules name no type for it (its 2.1 has `txt_in.text_norm`)
+QWEN_IMAGE_21 = "txt_in.text_norm.weight"   # Qwen-Image 2.1, in ComfyUI's names (its MLP's gate and up fused)
 QWEN_IMAGE = "txt_norm.weight"
 QWEN_IMAGE_BLOCK = "transformer_blocks.0.img_mod.1.weight"
 PREFIXES = ("", UNET)
@@ -158,6 +159,8 @@ MODELS: dict[str, tuple[str, Reader]] = {
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
     WAN: ("wan", _wan),
+    QWEN_IMAGE_21: ("qwen_image", lambda names, shape, inner: (
+        f"a Qwen-Image 2.1 transformer ({_blocks(names, inner + 'transformer_blocks.')} blocks)", "qwen-image-2.1")),
     QWEN_IMAGE: ("qwen_image", lambda names, shape, inner: (   # (no model type: see QWEN_IMAGE)
         f"a Qwen-Image transformer ({_blocks(names, inner + 'transformer_blocks.')} blocks)", None)),
 }
