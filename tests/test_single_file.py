@@ -27,7 +27,7 @@ from conftest import fixture, fixture_script, sparse_safetensors  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
-from ckptstat.census.diffusion import KEYS, PIPELINES, layout  # noqa: E402
+from ckptstat.census.diffusion import KEYS, PIPELINES_TABLE, layout, pipeline  # noqa: E402
 
 UNET = "model.diffusion_model."
 EXPECTED = json.loads(open(fixture("single_file/expected.json"), encoding="utf-8").read())
@@ -137,8 +137,15 @@ def test_every_model_type_is_diffusers_own(kind, wrapper):
 
 
 def test_the_config_repositories_are_diffusers_own():
-    for kind, repo in PIPELINES.items():
-        assert single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS[kind]["pretrained_model_name_or_path"] == repo
+    """census/diffusers_pipelines.json is the test install's diffusers table, and says which diffusers wrote it."""
+    import diffusers
+
+    table = json.loads(PIPELINES_TABLE.read_text(encoding="utf-8"))
+    assert table["written_by"] == {"script": "fixtures/make_diffusers_pipelines.py", "diffusers": diffusers.__version__}
+    live = single_file_utils.DIFFUSERS_DEFAULT_PIPELINE_PATHS
+    assert table["pipelines"] == {kind: p["pretrained_model_name_or_path"] for kind, p in live.items()}
+    assert all(pipeline(kind) == p["pretrained_model_name_or_path"] for kind, p in live.items())
+    assert pipeline(None) is None
 
 
 def test_not_a_pipeline_in_one_file():

@@ -250,12 +250,20 @@ def _comfyui_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     files: `scale_weight`), each value the code times the scale in float32, rounded to bfloat16 (COMFYUI_DTYPE: the
     compute dtype is ComfyUI's choice at load, bfloat16 on the GPUs that have it). Else None."""
     m = _by_last_part(ckpt, w)
-    codes, scale = m.get("weight"), m.get("weight_scale") or m.get("scale_weight")
-    if (codes is None or scale is None or len(w.shape) != 2 or codes.dtype != "F8_E4M3" or codes.shape != w.shape
-            or scale.dtype != "F32" or scale.numel != 1):
+    return _per_tensor_fp8(ckpt, w, m.get("weight_scale") or m.get("scale_weight"), COMFYUI_DTYPE, float32=True)
+
+
+def _per_tensor_fp8(ckpt: Checkpoint, w: QuantWeight, scale: TensorInfo | None, dtype: str | None,
+                    float32: bool = False, scale_rounded: bool = False) -> Scaled | None:
+    """A 2-D float8 E4M3 `weight` of the logical shape times one float32 scale, as Scaled in `dtype`, rounded as
+    Scaled's `float32` / `scale_rounded` say. Else None."""
+    codes = _by_last_part(ckpt, w).get("weight")
+    if (codes is None or scale is None or dtype is None or len(w.shape) != 2 or codes.dtype != "F8_E4M3"
+            or codes.shape != w.shape or scale.dtype != "F32" or scale.numel != 1):
         return None
     cols = w.shape[1]
-    return Scaled(ckpt, codes.name, scale.name, None, "F8_E4M3", 8, cols, cols, COMFYUI_DTYPE, float32=True)
+    return Scaled(ckpt, codes.name, scale.name, None, "F8_E4M3", 8, cols, cols, dtype, float32=float32,
+                  scale_rounded=scale_rounded)
 
 
 def _gemma(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
@@ -281,13 +289,7 @@ def _modelopt_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """NVIDIA modelopt's FP8 weights (export_hf_checkpoint): `weight` float8 E4M3 of the logical 2-D shape and one
     float32 `weight_scale`, read as FP8QTensor.dequantize returns them: code and scale each cast to the model's dtype
     (config.json's, F16 or BF16), their product rounded to it. Else None."""
-    m = _by_last_part(ckpt, w)
-    codes, scale, dtype = m.get("weight"), m.get("weight_scale"), _model_dtype(ckpt)
-    if (codes is None or scale is None or dtype is None or len(w.shape) != 2 or codes.dtype != "F8_E4M3"
-            or codes.shape != w.shape or scale.dtype != "F32" or scale.numel != 1):
-        return None
-    cols = w.shape[1]
-    return Scaled(ckpt, codes.name, scale.name, None, "F8_E4M3", 8, cols, cols, dtype, scale_rounded=True)
+    return _per_tensor_fp8(ckpt, w, _by_last_part(ckpt, w).get("weight_scale"), _model_dtype(ckpt), scale_rounded=True)
 
 
 def _weight_args(cfg: dict | None) -> list[dict]:

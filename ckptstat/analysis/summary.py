@@ -8,7 +8,7 @@ from typing import Any
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.counts import diffusion_layout, lora_naming
-from ..census.diffusion import NOT_LOADED, OTHER, SCHEDULE_COMPONENT, component
+from ..census.diffusion import NOT_LOADED, OTHER, SCHEDULE_COMPONENT, component, pipeline
 from ..census.lora_file import COMPONENTS as LORA_COMPONENTS
 from ..census.lora_file import PARTS as LORA_PARTS
 from ..census.lora_file import modules as lora_modules
@@ -120,8 +120,8 @@ def single_file(ckpt: Checkpoint) -> dict | None:
             r["params"] += t.numel
         else:
             r["buffers"] += 1
-    return {"what": one.what, "model_type": one.model_type, "pipeline": one.pipeline, "counting": SINGLE_FILE_COUNTING,
-            "components": [r for r in rows.values() if r["tensors"]]}
+    return {"what": one.what, "model_type": one.model_type, "pipeline": pipeline(one.model_type),
+            "counting": SINGLE_FILE_COUNTING, "components": [r for r in rows.values() if r["tensors"]]}
 
 
 LORA_FILE_COUNTING = ("per part: the adapted modules, their network's tensors (lora_down / lora_A, lora_up / lora_B, "

@@ -27,7 +27,10 @@ tests/test_single_file.py checks both against diffusers 0.42.1.
 """
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 UNET = "model.diffusion_model."
@@ -65,35 +68,19 @@ ANIMATEDIFF_KEYS = {"scribble": "controlnet_cond_embedding.conv_in.weight", "rgb
 # with one of them is not claimed
 NOT_FLUX1 = ("single_stream_modulation.lin.weight", "early_stream_modulations.image.lin.weight",
              "distilled_guidance_layer.in_proj.bias")
-# The pipeline diffusers fetches the config of, for each model type (DIFFUSERS_DEFAULT_PIPELINE_PATHS)
-PIPELINES = {
-    "v1": "stable-diffusion-v1-5/stable-diffusion-v1-5", "v2": "stabilityai/stable-diffusion-2-1",
-    "inpainting": "stable-diffusion-v1-5/stable-diffusion-inpainting",
-    "inpainting_v2": "stabilityai/stable-diffusion-2-inpainting",
-    "xl_base": "stabilityai/stable-diffusion-xl-base-1.0", "xl_refiner": "stabilityai/stable-diffusion-xl-refiner-1.0",
-    "xl_inpaint": "diffusers/stable-diffusion-xl-1.0-inpainting-0.1",
-    "playground-v2-5": "playgroundai/playground-v2.5-1024px-aesthetic", "upscale": "stabilityai/stable-diffusion-x4-upscaler",
-    "instruct-pix2pix": "timbrooks/instruct-pix2pix",
-    "sd3": "stabilityai/stable-diffusion-3-medium-diffusers", "sd35_medium": "stabilityai/stable-diffusion-3.5-medium",
-    "sd35_large": "stabilityai/stable-diffusion-3.5-large",
-    "flux-dev": "black-forest-labs/FLUX.1-dev", "flux-fill": "black-forest-labs/FLUX.1-Fill-dev",
-    "flux-depth": "black-forest-labs/FLUX.1-Depth-dev", "flux-schnell": "black-forest-labs/FLUX.1-schnell",
-    "animatediff_v1": "guoyww/animatediff-motion-adapter-v1-5", "animatediff_v2": "guoyww/animatediff-motion-adapter-v1-5-2",
-    "animatediff_v3": "guoyww/animatediff-motion-adapter-v1-5-3",
-    "animatediff_sdxl_beta": "guoyww/animatediff-motion-adapter-sdxl-beta",
-    "animatediff_scribble": "guoyww/animatediff-sparsectrl-scribble", "animatediff_rgb": "guoyww/animatediff-sparsectrl-rgb",
-    "controlnet": "lllyasviel/control_v11p_sd15_canny", "controlnet_xl_large": "diffusers/controlnet-canny-sdxl-1.0",
-    "controlnet_xl_mid": "diffusers/controlnet-canny-sdxl-1.0-mid",
-    "controlnet_xl_small": "diffusers/controlnet-canny-sdxl-1.0-small",
-    "flux-2-dev": "black-forest-labs/FLUX.2-dev", "hunyuan-video": "hunyuanvideo-community/HunyuanVideo",
-    "wan-t2v-1.3B": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan-t2v-14B": "Wan-AI/Wan2.1-T2V-14B-Diffusers",
-    "wan-i2v-14B": "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "wan-animate-14B": "Wan-AI/Wan2.2-Animate-14B-Diffusers",
-    "wan-vace-1.3B": "Wan-AI/Wan2.1-VACE-1.3B-diffusers", "wan-vace-14B": "Wan-AI/Wan2.1-VACE-14B-diffusers",
-    "ltx-video": "diffusers/LTX-Video-0.9.0", "ltx-video-0.9.1": "diffusers/LTX-Video-0.9.1",
-    "ltx-video-0.9.5": "Lightricks/LTX-Video-0.9.5", "ltx-video-0.9.7": "Lightricks/LTX-Video-0.9.7-dev",
-    "mochi-1-preview": "genmo/mochi-1-preview", "qwen-image-2.1": "Qwen/Qwen-Image-2.1",
-    "chroma": "lodestones/Chroma1-HD", "lumina2": "Alpha-VLLM/Lumina-Image-2.0", "z-image-turbo": "Tongyi-MAI/Z-Image-Turbo",
-}
+# The pipeline diffusers fetches the config of, for each model type (DIFFUSERS_DEFAULT_PIPELINE_PATHS): a table
+# fixtures/make_diffusers_pipelines.py writes from diffusers (census/diffusers_pipelines.json), read on a layout's first use
+PIPELINES_TABLE = Path(__file__).with_name("diffusers_pipelines.json")
+
+
+@functools.cache
+def _pipelines() -> dict[str, str]:
+    return dict(json.loads(PIPELINES_TABLE.read_text(encoding="utf-8"))["pipelines"])
+
+
+def pipeline(model_type: str | None) -> str | None:
+    """The Hub repository whose config diffusers' `from_single_file` reads for a model type (None: none)."""
+    return _pipelines().get(model_type) if model_type else None
 # Prefix -> the pipeline component from_single_file loads from it (first match wins)
 UNET_PARTS = (
     (UNET, "unet"),
@@ -139,7 +126,6 @@ class Layout(NamedTuple):
     family: str            # stable_diffusion, stable_diffusion_3, flux
     what: str              # what the file holds, in words
     model_type: str | None   # diffusers' infer_diffusers_model_type (None: a VAE alone, which it does not name)
-    pipeline: str | None   # the Hub pipeline whose config diffusers reads for it
     wrapper: str           # what the pipeline's names sit under in the file ("" or "state_dict.")
     parts: tuple[tuple[str, str], ...]   # prefix -> component, first match wins
     rest: str              # the component of a name no prefix matches (a bare FLUX.1 file's: its transformer)
@@ -189,7 +175,7 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
         kind = "instruct-pix2pix"
     else:
         kind = "v1"
-    return Layout("stable_diffusion", "a Stable Diffusion pipeline", kind, PIPELINES.get(kind), wrapper, UNET_PARTS,
+    return Layout("stable_diffusion", "a Stable Diffusion pipeline", kind, wrapper, UNET_PARTS,
                   OTHER)
 
 
@@ -208,7 +194,7 @@ def _unet_alone(names: Mapping[str, object], shape: Callable[[str], tuple[int, .
     said = [f"text width {context}" if context else "no cross-attention"]
     if prefix + "label_emb.0.0.weight" in names:
         said.append("XL's size conditioning")
-    return Layout("unet", f"a UNet alone (LDM's names, {', '.join(said)})", None, None, "", ((prefix, "unet"),), "unet")
+    return Layout("unet", f"a UNet alone (LDM's names, {', '.join(said)})", None, "", ((prefix, "unet"),), "unet")
 
 
 def _animatediff(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
@@ -224,7 +210,7 @@ def _animatediff(names: Mapping[str, object], shape: Callable[[str], tuple[int, 
     modules = sum(1 for n in names if n.endswith(".temporal_transformer.norm.weight"))
     what = f"AnimateDiff motion modules ({modules} modules" + (f", {frames} frames)" if frames else ")")
     encodings = tuple(n for n in names if n.endswith(".pos_encoder.pe"))
-    return Layout("animatediff", what, kind, PIPELINES.get(kind), "", (), "motion_adapter", encodings)
+    return Layout("animatediff", what, kind, "", (), "motion_adapter", encodings)
 
 
 def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
@@ -238,7 +224,7 @@ def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, .
         kind = "controlnet"
     context = next((axis_size(shape, k, 1) for k in CONTROLNET_CONTEXT if k in names), None)
     what = "a ControlNet" + (f" (text width {context})" if context else "")
-    return Layout("controlnet", what, kind, PIPELINES.get(kind), "", (("control_model.", "controlnet"),), "controlnet")
+    return Layout("controlnet", what, kind, "", (("control_model.", "controlnet"),), "controlnet")
 
 
 def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
@@ -255,7 +241,7 @@ def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | N
         return None
     what = "a Stable Diffusion 3 transformer" if inner == "" else "a Stable Diffusion 3 pipeline"
     # PatchEmbed's positions: a buffer of SD3Transformer2DModel (diffusers' parameters() leaves it out)
-    return Layout("stable_diffusion_3", what, kind, PIPELINES.get(kind), "", SD3_PARTS,
+    return Layout("stable_diffusion_3", what, kind, "", SD3_PARTS,
                   "transformer" if inner == "" else OTHER, (inner + KEYS["sd3-pos"],))
 
 
@@ -270,7 +256,7 @@ def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | 
     else:
         kind = "flux-schnell"
     what = "a FLUX.1 transformer" if inner == "" else "a FLUX.1 pipeline"
-    return Layout("flux", what, kind, PIPELINES.get(kind), "", FLUX_PARTS, "transformer" if inner == "" else OTHER)
+    return Layout("flux", what, kind, "", FLUX_PARTS, "transformer" if inner == "" else OTHER)
 
 
 VAE_KEYS = ("encoder.conv_in.weight", "decoder.conv_out.weight", "encoder.mid.attn_1.q.weight")   # LDM's names
@@ -283,7 +269,7 @@ def _vae(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | N
         return None
     latents = axis_size(shape, "decoder.conv_in.weight", 1)   # its input: the latent channels (4: SD 1.x-XL, 16: SD 3, FLUX)
     what = "a VAE (LDM's autoencoder" + (f", {latents} latent channels)" if latents else ")")
-    return Layout("vae", what, None, None, "", (), "vae")
+    return Layout("vae", what, None, "", (), "vae")
 
 
 def component(name: str, one: Layout) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from .diffusion import OTHER, PIPELINES, UNET, Layout, axis_size
+from .diffusion import OTHER, UNET, Layout, axis_size
 
 Shape = Callable[[str], tuple[int, ...] | None]
 
@@ -65,12 +65,12 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
             inner = UNET   # (its VAE's keys alone: the transformer, if any, under ComfyUI's prefix)
         if inner is not None:
             what, kind = read(names, shape, inner)
-            return Layout(family, what, kind, PIPELINES.get(kind or ""), "", LTX_PARTS if key == LTX else PARTS,
+            return Layout(family, what, kind, "", LTX_PARTS if key == LTX else PARTS,
                           "transformer" if inner == "" else OTHER, _buffers(names, inner))
     if WAN_VAE in names:
         latents = axis_size(shape, "conv2.weight", 0)
         what = "a Wan VAE" + (f" ({latents} latent channels)" if latents else "")
-        return Layout("vae", what, "wan-t2v-14B", PIPELINES["wan-t2v-14B"], "", (), "vae")   # diffusers' config for any
+        return Layout("vae", what, "wan-t2v-14B", "", (), "vae")   # diffusers' config for any
     return None
 
 
@@ -138,6 +138,13 @@ def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare
     return read
 
 
+def _stack(title: str, prefix: str, noun: str, kind: str | None) -> Reader:
+    """A transformer said by its one stack of blocks (under `prefix`, called `noun`)."""
+    def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+        return f"a {title} transformer ({_blocks(names, inner + prefix)} {noun})", kind
+    return read
+
+
 def _layers(title: str, kind: str) -> Reader:
     """Lumina 2's and Z-Image's single stream of layers after the refiners, its width the caption projection's."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -152,17 +159,14 @@ MODELS: dict[str, tuple[str, Reader]] = {
     FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev", "img_in.weight")),
     CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma", "img_in.weight")),
     LTX: ("ltx_video", _ltx),
-    MOCHI: ("mochi", lambda names, shape, inner: (
-        f"a Mochi transformer ({_blocks(names, inner + 'blocks.')} asymmetric blocks)", "mochi-1-preview")),
+    MOCHI: ("mochi", _stack("Mochi", "blocks.", "asymmetric blocks", "mochi-1-preview")),
     HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
                                                   "img_in.proj.weight", bare_only=True)),
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
     WAN: ("wan", _wan),
-    QWEN_IMAGE_21: ("qwen_image", lambda names, shape, inner: (
-        f"a Qwen-Image 2.1 transformer ({_blocks(names, inner + 'transformer_blocks.')} blocks)", "qwen-image-2.1")),
-    QWEN_IMAGE: ("qwen_image", lambda names, shape, inner: (   # (no model type: see QWEN_IMAGE)
-        f"a Qwen-Image transformer ({_blocks(names, inner + 'transformer_blocks.')} blocks)", None)),
+    QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "blocks", "qwen-image-2.1")),
+    QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", "blocks", None)),   # (no type: see QWEN_IMAGE)
 }
 # The names one of which each of these holds (census/diffusion.py GATES)
 GATES = frozenset((*(p + key for key in MODELS for p in PREFIXES), *LTX_VAE, WAN_VAE))
