@@ -32,7 +32,7 @@ MODELS = HEADERS["models"]
 FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyuanvideo-t2v": "hunyuan_video",
             "flux2-dev": "flux2", "chroma": "chroma", "lumina2": "lumina2", "z-image-turbo": "z_image",
             "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet",
-            "mochi-1-preview": "mochi"}
+            "mochi-1-preview": "mochi", "ltx-2-19b": "ltx2", "ltx-2.3-22b": "ltx2"}
 UNET = "model.diffusion_model."
 
 
@@ -54,7 +54,7 @@ def _diffusers_type(tensors: dict, prefix: str = "") -> str | None:
 
 
 def test_the_headers_say_what_wrote_them():
-    by = HEADERS["written_by"]
+    by = HEADERS["written_by"]   # (and the script that checked LTX-2's: test_ltx2_releases_are_what_diffusers_loads)
     assert by["script"] == "fixtures/make_dit_headers.py"
     assert {m["source"].split("@")[0] for m in MODELS.values()} == set(by["repositories"])
 
@@ -71,6 +71,10 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
     kind = _diffusers_type(m["tensors"])
     if label == "flux2-ae":   # an LDM-named VAE alone: diffusers' rules fall through to "v1" (no type of its own)
         assert kind == "v1" and one["model_type"] is None
+    elif label.startswith("ltx-2"):   # (see test_ltx2_is_what_diffusers_ltx2_models_load)
+        assert kind == "ltx-video-0.9.7" and _ltx2_branch(m["tensors"])
+        kind = "ltx2-dev"
+        assert one["model_type"] == kind
     else:
         assert one["model_type"] == kind
     assert r["architecture"]["family"] == _family(label)
@@ -117,6 +121,12 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert what == f"a Mochi transformer ({c['depth']} asymmetric blocks)"
     elif label.startswith("controlnet"):
         assert what == f"a ControlNet (text width {c['context_dim']})"
+    elif label.startswith("ltx-2"):
+        t = c["transformer"]
+        gated = " with gated attention" if t.get("apply_gated_attention") else ""
+        assert what == (f"an LTX-2 audio-video model ({t['num_layers']} transformer blocks of width "
+                        f"{t['num_attention_heads'] * t['attention_head_dim']}{gated}, text connectors, video VAE, "
+                        "audio VAE, vocoder)")
     elif label.startswith("ltx"):
         assert what == f"an LTX-Video pipeline ({c['transformer']['num_layers']} transformer blocks and a VAE)"
     else:
@@ -162,6 +172,110 @@ def test_every_ltx_video_type_is_diffusers_own(tmp_path, edit):
     assert r["architecture"]["family"] == "ltx_video"
     assert r["single_file"]["model_type"] == _diffusers_type(t)
     assert r["parameters"]["unique"] == sum(math.prod(s) for s in t.values())
+
+
+def test_ltx_videos_latent_statistics_are_buffers(tmp_path):
+    """LTX-Video's files since 0.9.1 keep the VAE's latent statistics beside it (`vae.per_channel_statistics.*`), which
+    CausalVideoAutoencoder registers as buffers as it loads and diffusers' converter reads into AutoencoderKLLTXVideo's
+    buffers or drops: the count is the model's, the statistics buffers."""
+    from diffusers import AutoencoderKLLTXVideo
+
+    statistics = {"vae.per_channel_statistics." + k: [128] for k in ("channel", "mean-of-means", "mean-of-stds",
+                                                                      "std-of-means")}
+    t = {**_ltx_variant("0.9.1"), **statistics}
+
+    def converted(names: dict) -> set:
+        return set(single_file_utils.convert_ltx_vae_checkpoint_to_diffusers(
+            {k: torch.empty(s, device="meta") for k, s in names.items() if k.startswith("vae.")}))
+    kept = converted(t) - converted(_ltx_variant("0.9.1"))   # what diffusers makes of the statistics
+    with torch.device("meta"):
+        assert kept and kept <= {n for n, _ in AutoencoderKLLTXVideo().named_buffers()}
+    path = tmp_path / "ltx.safetensors"
+    _sparse_safetensors(path, t)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["parameters"]["unique"] == sum(math.prod(s) for n, s in t.items() if n not in statistics)
+    assert {c["component"]: c["buffers"] for c in r["single_file"]["components"]} == {"transformer": 0, "vae": 4}
+
+
+def _ltx2_branch(tensors: dict) -> bool:
+    """Whether diffusers' LTX-2 rule holds for these names (any of its keys: the transformer's audio-to-video gate under
+    ComfyUI's prefix, either VAE's latent statistics); its rules try LTX-Video's first, whose `patchify_proj` LTX-2's
+    transformer holds too."""
+    return any(k in tensors for k in single_file_utils.CHECKPOINT_KEY_NAMES["ltx2"])
+
+
+LTX2_PARTS = {"transformer": ("model.diffusion_model.", "LTX2VideoTransformer3DModel",
+                              "convert_ltx2_transformer_to_diffusers"),
+              "vae": ("vae.", "AutoencoderKLLTX2Video", "convert_ltx2_vae_to_diffusers"),
+              "audio_vae": ("audio_vae.", "AutoencoderKLLTX2Audio", "convert_ltx2_audio_vae_to_diffusers")}
+
+
+@pytest.mark.parametrize("label", ["ltx-2-19b", "ltx-2.3-22b"])
+def test_ltx2_releases_are_what_diffusers_loads(label):
+    """Each LTX-2 release's header, as its authors' code writes it, went through diffusers' own conversion script
+    (scripts/convert_ltx2_to_diffusers.py, its strict loads into each part's diffusers model of that release's
+    configuration: fixtures/make_dit_headers.py), whose models' parameters are the authors' component for component."""
+    m = MODELS[label]
+    assert HEADERS["written_by"]["ltx2_checked_by"].endswith("scripts/convert_ltx2_to_diffusers.py")
+    assert {part: d["parameters"] for part, d in m["diffusers"].items()} == m["components"]
+    assert all(d["class"].startswith(("LTX2", "AutoencoderKLLTX2")) for d in m["diffusers"].values())
+
+
+def test_ltx2_is_what_diffusers_ltx2_models_load():
+    """LTX-2 19B's one file, as its authors' code writes it, is what the installed diffusers' LTX-2 classes at their
+    defaults (the release's configuration: diffusers' type `ltx2-dev` reads Lightricks/LTX-2's) hold: diffusers' own
+    single-file converters turn the transformer and the VAEs into exactly their state dicts, and the text connectors
+    and the vocoder (which diffusers reads only from its folders) count what LTX2TextConnectors and LTX2Vocoder do. The
+    header's buffers are what the VAEs' converters turn into the diffusers models' buffers."""
+    import diffusers
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors, LTX2Vocoder
+
+    m = MODELS["ltx-2-19b"]
+    meta = {n: torch.empty(s, device="meta") for n, s in m["tensors"].items()}
+    for part, (prefix, cls, convert) in LTX2_PARTS.items():
+        with torch.device("meta"):
+            model = getattr(diffusers, cls)()
+        converted = getattr(single_file_utils, convert)({n: t for n, t in meta.items() if n.startswith(prefix)
+                                                         and not n.startswith(("model.diffusion_model.video_embeddings",
+                                                                               "model.diffusion_model.audio_embeddings"))})
+        state = model.state_dict()
+        assert {n: tuple(t.shape) for n, t in converted.items()} == {n: tuple(t.shape) for n, t in state.items()}
+        assert m["components"][part] == sum(p.numel() for p in model.parameters())
+        assert set(converted) - {n for n, _ in model.named_parameters()} == {n for n, _ in model.named_buffers()}
+        assert sum(n.startswith(prefix) for n in m["buffers"]) == len(dict(model.named_buffers()))
+    with torch.device("meta"):
+        assert m["components"]["connectors"] == sum(p.numel() for p in LTX2TextConnectors().parameters())
+        assert m["components"]["vocoder"] == sum(p.numel() for p in LTX2Vocoder().parameters())
+    assert len(m["buffers"]) == 4 and all("per_channel_statistics." in n for n in m["buffers"])
+
+
+@pytest.mark.parametrize("label", ["ltx-2-19b", "ltx-2.3-22b"])
+@pytest.mark.parametrize("parts", [("vae.",), ("audio_vae.", "vocoder."), ("model.diffusion_model.",),
+                                   ("model.diffusion_model.", "text_embedding_projection."), ("bare transformer",)])
+def test_ltx2_in_parts(tmp_path, parts, label):
+    """LTX-2's release split as ComfyUI's repackaged files hold it (the transformer with or without its connectors, the
+    video VAE, the audio VAE beside the vocoder) and its transformer in bare names: still LTX-2, each component's count
+    the authors' model's, the latent statistics buffers."""
+    m = MODELS[label]
+    if parts == ("bare transformer",):
+        t = {n[len(UNET):]: s for n, s in m["tensors"].items() if n.startswith(UNET) and "embeddings_connector" not in n}
+        expected = {"transformer": m["components"]["transformer"]}
+    else:
+        t = {n: s for n, s in m["tensors"].items() if n.startswith(parts)}
+        named = {"vae.": "vae", "audio_vae.": "audio_vae", "vocoder.": "vocoder"}
+        expected = {named[p]: m["components"][named[p]] for p in parts if p in named}
+        if UNET in parts:   # (the connectors under its prefix, and the projection if the file holds it)
+            expected["transformer"] = m["components"]["transformer"]
+            expected["connectors"] = sum(math.prod(s) for n, s in t.items()
+                                         if not n.startswith(UNET) or "embeddings_connector" in n)
+    path = tmp_path / "part.safetensors"
+    _sparse_safetensors(path, t)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["architecture"]["family"] == "ltx2" and r["single_file"]["model_type"] == "ltx2-dev"
+    assert {c["component"]: c["params"] for c in r["single_file"]["components"]} == expected
+    assert sum(c["buffers"] for c in r["single_file"]["components"]) == sum(n in t for n in m["buffers"])
+    if parts[0].startswith(("vae.", "audio_vae.")):   # (diffusers' own rule names these alone)
+        assert _diffusers_type(t) == "ltx2-dev"
 
 
 @pytest.mark.parametrize("prefix", ["", UNET])

@@ -10,6 +10,8 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - Mochi 1 (Genmo's `AsymmDiTJoint`: `blocks.N.attn.qkv_x`), which diffusers tries before HunyuanVideo;
 - LTX-Video (Lightricks' `Transformer3DModel`: `patchify_proj`, `transformer_blocks`), in its release's one file beside
   its VAE (`model.diffusion_model.` and `vae.`);
+- LTX-2 (Lightricks' `LTXModel`, audio and video: `audio_patchify_proj`, `av_ca_*_adaln_single`), in its release's one
+  file beside its text connectors, video VAE, audio VAE and vocoder, each alone, or as ComfyUI splits them;
 - Qwen-Image (released in diffusers' names: `txt_norm`, `transformer_blocks.N.img_mod`), which diffusers' rules do not
   type, and Qwen-Image 2.1 (`txt_in.text_norm`: ComfyUI's names, diffusers' but the MLP's fused `gate_up`);
 - Lumina 2 (Alpha-VLLM's `NextDiT`: `noise_refiner`, `context_refiner`, `layers`, `cap_embedder`) and Z-Image
@@ -39,6 +41,12 @@ LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, a
 MOCHI = "blocks.0.attn.qkv_x.weight"
 LTX = "patchify_proj.weight"   # (diffusers also takes a 28th block's `scale_shift_table`, which any DiT may hold)
 LTX_VAE = "vae.decoder.last_scale_shift_table", "vae.decoder.up_blocks.9.res_blocks.0.conv1.conv.weight"
+# LTX-2: its transformer's audio-to-video gate (diffusers' key, tried after LTX-Video's, whose `patchify_proj` LTX-2's
+# transformer holds too: diffusers' rules call the release's file LTX-Video 0.9.7; tried first here) and its VAEs'
+# latent statistics
+LTX2 = "av_ca_a2v_gate_adaln_single.emb.timestep_embedder.linear_1.weight"
+LTX2_VAES = "audio_vae.per_channel_statistics.mean-of-means", "vae.per_channel_statistics.mean-of-means"
+LTX2_GATED = "transformer_blocks.0.attn1.to_gate_logits.weight"   # LTX-2.3's (and later) attention gates
 WAN = "head.modulation"
 WAN_VACE = "vace_blocks.0.after_proj.bias"
 WAN_ANIMATE = "motion_encoder.dec.direction.weight"
@@ -51,6 +59,17 @@ QWEN_IMAGE_BLOCK = "transformer_blocks.0.img_mod.1.weight"
 PREFIXES = ("", UNET)
 PARTS = ((UNET, "transformer"),)
 LTX_PARTS = ((UNET, "transformer"), ("vae.", "vae"))   # LTX-Video's one file: its transformer beside its VAE
+# LTX-2's one file: the text connectors (the Gemma features' projection, the connectors under the transformer's prefix:
+# LTXModel does not hold them), the transformer, the two VAEs, the vocoder (diffusers' LTX2Pipeline's components)
+LTX2_CONNECTORS = tuple(p + c for p in PREFIXES for c in ("video_embeddings_connector.", "audio_embeddings_connector.",
+                                                         "embeddings_connector."))
+LTX2_PARTS = (*((c, "connectors") for c in (*LTX2_CONNECTORS, "text_embedding_projection.")),
+              (UNET, "transformer"), ("vae.", "vae"), ("audio_vae.", "audio_vae"), ("vocoder.", "vocoder"))
+# The VAEs' latent statistics: buffers to both LTX's (CausalVideoAutoencoder registers them as it loads; LTX-2's
+# PerChannelStatistics from the start); LTX-2.3's vocoder's: its anti-aliased activations' filters and its mel
+# transform's bases (BigVGAN v2's Activation1d, MelSTFT)
+LATENT_STATISTICS = "per_channel_statistics."
+VOCODER_BUFFERS = ".filter", ".mel_basis", ".forward_basis", ".inverse_basis"
 
 Reader = Callable[[Mapping[str, object], Shape, str], tuple[str, str | None]]   # -> (what, diffusers' model type)
 
@@ -63,10 +82,13 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
                      None)
         if inner is None and key == LTX and any(k in names for k in LTX_VAE):
             inner = UNET   # (its VAE's keys alone: the transformer, if any, under ComfyUI's prefix)
+        if inner is None and key == LTX2 and _ltx2_vaes(names):
+            inner = UNET   # (its VAEs without the transformer, as ComfyUI splits the release)
         if inner is not None:
             what, kind = read(names, shape, inner)
-            return Layout(family, what, kind, "", LTX_PARTS if key == LTX else PARTS,
-                          "transformer" if inner == "" else OTHER, _buffers(names, inner))
+            parts = LTX2_PARTS if key == LTX2 else LTX_PARTS if key == LTX else PARTS
+            return Layout(family, what, kind, "", parts, "transformer" if inner == "" else OTHER,
+                          _buffers(names, inner, key in (LTX, LTX2)))
     if WAN_VAE in names:
         latents = axis_size(shape, "conv2.weight", 0)
         what = "a Wan VAE" + (f" ({latents} latent channels)" if latents else "")
@@ -74,12 +96,21 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
     return None
 
 
-def _buffers(names: Mapping[str, object], inner: str) -> tuple[str, ...]:
+def _buffers(names: Mapping[str, object], inner: str, ltx: bool) -> tuple[str, ...]:
     """What the models register as buffers under names the rules read as parameters: Wan-Animate's motion encoder (LIA's
-    StyleGAN blocks), whose every Blur registers its `kernel`."""
+    StyleGAN blocks), whose every Blur registers its `kernel`; LTX's VAEs' latent statistics and LTX-2.3's vocoder's
+    filters and bases."""
+    if ltx:
+        return tuple(n for n in names if n.startswith(("vae.", "audio_vae.")) and LATENT_STATISTICS in n
+                     or n.startswith("vocoder.") and n.endswith(VOCODER_BUFFERS))
     if inner + WAN_ANIMATE not in names:
         return ()
     return tuple(n for n in names if n.startswith(inner + "motion_encoder.") and n.endswith(".kernel"))
+
+
+def _ltx2_vaes(names: Mapping[str, object]) -> bool:
+    """LTX-2's VAEs without its transformer: its audio VAE, or a video VAE's statistics without LTX-Video's VAE keys."""
+    return LTX2_VAES[0] in names or (LTX2_VAES[1] in names and not any(k in names for k in LTX_VAE))
 
 
 def _blocks(names: Mapping[str, object], prefix: str) -> int:
@@ -125,6 +156,21 @@ def _ltx(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
     return f"an LTX-Video transformer ({blocks} blocks)", kind
 
 
+def _ltx2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """LTX-2's one file or its parts: diffusers' one model type for it (`ltx2-dev`), what each part says."""
+    said = []
+    if any(n.startswith(inner + "transformer_blocks.") for n in names):
+        width = axis_size(shape, inner + "patchify_proj.weight", 0)
+        said.append(f"{_blocks(names, inner + 'transformer_blocks.')} transformer blocks"
+                    + (f" of width {width}" if width else "")
+                    + (" with gated attention" if inner + LTX2_GATED in names else ""))
+    said += [what for prefixes, what in ((LTX2_CONNECTORS + ("text_embedding_projection.",), "text connectors"),
+                                         (("vae.",), "video VAE"), (("audio_vae.",), "audio VAE"),
+                                         (("vocoder.",), "vocoder"))
+             if any(n.startswith(prefixes) for n in names)]
+    return "an LTX-2 audio-video model" + (f" ({', '.join(said)})" if said else ""), "ltx2-dev"
+
+
 def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare_only: bool = False) -> Reader:
     """FLUX.1's descendants: double-stream blocks, then single-stream blocks; the input channels of the patch
     embedding `patches` (HunyuanVideo-I2V's latent concatenation: 33 against 16; diffusers' type is the same)."""
@@ -158,6 +204,7 @@ def _layers(title: str, kind: str) -> Reader:
 MODELS: dict[str, tuple[str, Reader]] = {
     FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev", "img_in.weight")),
     CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma", "img_in.weight")),
+    LTX2: ("ltx2", _ltx2),   # (before LTX-Video: see LTX2)
     LTX: ("ltx_video", _ltx),
     MOCHI: ("mochi", _stack("Mochi", "blocks.", "asymmetric blocks", "mochi-1-preview")),
     HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
@@ -169,4 +216,4 @@ MODELS: dict[str, tuple[str, Reader]] = {
     QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", "blocks", None)),   # (no type: see QWEN_IMAGE)
 }
 # The names one of which each of these holds (census/diffusion.py GATES)
-GATES = frozenset((*(p + key for key in MODELS for p in PREFIXES), *LTX_VAE, WAN_VAE))
+GATES = frozenset((*(p + key for key in MODELS for p in PREFIXES), *LTX_VAE, *LTX2_VAES, WAN_VAE))
