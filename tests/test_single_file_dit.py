@@ -6,6 +6,9 @@ Oracles:
   authors' own code writes them (Wan-Video's WanModel, VaceWanModel and VAEs, Tencent's HYVideoDiffusionTransformer,
   Black Forest Labs' Flux2 and AutoEncoder, built at their released sizes on the meta device), with the model's
   `parameters()` and buffers.
+- fixtures/single_file/dit_headers_diffusers.json (fixtures/make_diffusers_named_headers.py): FLUX.3, Krea 2 and
+  MiniMax H3, diffusers' own classes at their defaults written under their released files' names by reversing
+  diffusers' single-file converters (each reversal checked by running the converter: it gives back the model exactly).
 - diffusers (the test install's 0.42.1): `infer_diffusers_model_type` on the same names and shapes, and the config
   repository DIFFUSERS_DEFAULT_PIPELINE_PATHS names for it.
 - gguf-py: a ComfyUI-GGUF file of the same names (its rules: vectors, modulations and the 5-D patch embedding in F32,
@@ -28,11 +31,13 @@ from ckptstat.analysis.summary import summarize  # noqa: E402
 from ckptstat.errors import CorruptCheckpointError  # noqa: E402
 
 HEADERS = json.loads(open(fixture("single_file/dit_headers.json"), encoding="utf-8").read())
-MODELS = HEADERS["models"]
+DIFFUSERS_NAMED = json.loads(open(fixture("single_file/dit_headers_diffusers.json"), encoding="utf-8").read())
+MODELS = {**HEADERS["models"], **DIFFUSERS_NAMED["models"]}
 FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyuanvideo-t2v": "hunyuan_video",
             "flux2-dev": "flux2", "chroma": "chroma", "lumina2": "lumina2", "z-image-turbo": "z_image",
             "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet",
-            "mochi-1-preview": "mochi", "ltx-2-19b": "ltx2", "ltx-2.3-22b": "ltx2"}
+            "mochi-1-preview": "mochi", "ltx-2-19b": "ltx2", "ltx-2.3-22b": "ltx2", "flux-3-image": "flux3",
+            "flux-3-image-distilled": "flux3", "krea2": "krea2", "minimax-h3": "minimax_h3"}
 UNET = "model.diffusion_model."
 
 
@@ -56,7 +61,9 @@ def _diffusers_type(tensors: dict, prefix: str = "") -> str | None:
 def test_the_headers_say_what_wrote_them():
     by = HEADERS["written_by"]   # (and the script that checked LTX-2's: test_ltx2_releases_are_what_diffusers_loads)
     assert by["script"] == "fixtures/make_dit_headers.py"
-    assert {m["source"].split("@")[0] for m in MODELS.values()} == set(by["repositories"])
+    assert {m["source"].split("@")[0] for m in HEADERS["models"].values()} == set(by["repositories"])
+    by = DIFFUSERS_NAMED["written_by"]
+    assert by["script"] == "fixtures/make_diffusers_named_headers.py" and by["diffusers"] == diffusers_version()
 
 
 @pytest.mark.parametrize("label", sorted(MODELS))
@@ -121,6 +128,15 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert what == f"a Mochi transformer ({c['depth']} asymmetric blocks)"
     elif label.startswith("controlnet"):
         assert what == f"a ControlNet (text width {c['context_dim']})"
+    elif label.startswith("flux-3"):
+        assert what == (f"a FLUX.3 transformer ({c['num_layers']} mode and {c['num_single_layers']} single-stream "
+                        f"blocks, width {c['num_attention_heads'] * c['attention_head_dim']}"
+                        + (", step-distilled" if c["flow_map"] else "") + ")")
+    elif label == "krea2":
+        width = c["num_attention_heads"] * c["attention_head_dim"]
+        assert what == f"a Krea 2 transformer ({c['num_layers']} blocks, width {width})"
+    elif label == "minimax-h3":
+        assert what == f"a MiniMax H3 audio-video transformer ({c['num_layers']} blocks, width {c['hidden_size']})"
     elif label.startswith("ltx-2"):
         t = c["transformer"]
         gated = " with gated attention" if t.get("apply_gated_attention") else ""
@@ -134,7 +150,8 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
 
 
 @pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev", "chroma",
-                                   "lumina2", "z-image-turbo", "mochi-1-preview"])
+                                   "lumina2", "z-image-turbo", "mochi-1-preview", "flux-3-image-distilled", "krea2",
+                                   "minimax-h3"])
 def test_under_comfyuis_prefix(tmp_path, label):
     """ComfyUI's checkpoint saves put the transformer under model.diffusion_model.: the same model, the same count;
     the model type where diffusers' rules read that prefix (not HunyuanVideo's)."""
@@ -145,6 +162,27 @@ def test_under_comfyuis_prefix(tmp_path, label):
     bare = _diffusers_type(m["tensors"])
     assert one["model_type"] == (bare if _diffusers_type(m["tensors"], UNET) == bare else None)
     assert {c["component"]: c["params"] for c in one["components"]} == {"transformer": m["parameters"]}
+
+
+def diffusers_version() -> str:
+    import diffusers
+
+    return diffusers.__version__
+
+
+def test_minimax_h3s_saved_rotary_frequencies_are_a_buffer(tmp_path):
+    """MiniMax H3's files may keep the rotary embedding's `rope.inv_freq`, which diffusers' converter drops (its model
+    recomputes it): a buffer, not a parameter."""
+    m = MODELS["minimax-h3"]
+    t = {**m["tensors"], "rope.inv_freq": [8]}
+    back = single_file_utils.convert_minimax_h3_transformer_checkpoint_to_diffusers(
+        {n: torch.empty(s, device="meta") for n, s in t.items()}, config=m["config"])
+    assert "rope.inv_freq" not in back and len(back) == len(m["tensors"]) + 2 * sum(".qkv_proj." in n for n in t)
+    path = tmp_path / "model.safetensors"
+    _sparse_safetensors(path, t)
+    r = summarize(open_checkpoint(str(path)))
+    assert r["parameters"]["unique"] == m["parameters"]
+    assert [c["buffers"] for c in r["single_file"]["components"]] == [1]
 
 
 def _ltx_variant(edit: str) -> dict:

@@ -7,6 +7,10 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - HunyuanVideo (Tencent's `HYVideoDiffusionTransformer`: `double_blocks`, `single_blocks`, `txt_in.individual_token_refiner`);
 - FLUX.2 (Black Forest Labs' `Flux2`: FLUX.1's streams with shared modulations, `single_stream_modulation`) and
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
+- FLUX.3 (Black Forest Labs': per-mode streams, `early_stream_modulations`, `content_mode_blocks`, `single_blocks`; its
+  step-distilled release's second timestep embedder, `ref_time_in`), Krea 2 (`txtfusion`, `blocks.N.mod.lin`) and
+  MiniMax H3 (audio and video: `token_refiner.blocks.N.attn.qkv_proj`, `blocks`), in the names their released files
+  hold (diffusers' converters' inputs: the authors' code is not at hand here);
 - Mochi 1 (Genmo's `AsymmDiTJoint`: `blocks.N.attn.qkv_x`), which diffusers tries before HunyuanVideo;
 - LTX-Video (Lightricks' `Transformer3DModel`: `patchify_proj`, `transformer_blocks`), in its release's one file beside
   its VAE (`model.diffusion_model.` and `vae.`);
@@ -35,6 +39,10 @@ Shape = Callable[[str], tuple[int, ...] | None]
 # diffusers' CHECKPOINT_KEY_NAMES for these models (single_file_utils.py), without ComfyUI's prefix
 FLUX2 = "single_stream_modulation.lin.weight"
 CHROMA = "distilled_guidance_layer.in_proj.bias"
+FLUX3 = "early_stream_modulations.image.lin.weight"
+FLUX3_DISTILLED = "ref_time_in.in_layer.weight"   # the step-distilled (flow-map) release's target-time embedder
+KREA2 = "txtfusion.projector.weight"
+MINIMAX_H3 = "token_refiner.blocks.0.attn.qkv_proj.weight"   # (diffusers: bare names only)
 HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
 Z_IMAGE = "layers.0.adaLN_modulation.0.weight"
 LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, as diffusers does)
@@ -171,6 +179,25 @@ def _ltx2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, s
     return "an LTX-2 audio-video model" + (f" ({', '.join(said)})" if said else ""), "ltx2-dev"
 
 
+def _flux3(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """FLUX.3: each stream's mode blocks (the image's, its conditioning's, the text's), then single-stream blocks."""
+    width = axis_size(shape, inner + "emb_in.image.weight", 0)
+    distilled = inner + FLUX3_DISTILLED in names
+    return (f"a FLUX.3 transformer ({_blocks(names, inner + 'content_mode_blocks.image.')} mode and "
+            f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks" + (f", width {width}" if width else "")
+            + (", step-distilled" if distilled else "") + ")",
+            "flux-3-image-distilled" if distilled else "flux-3-image")
+
+
+def _widths(title: str, prefix: str, patches: str, kind: str | None, bare_only: bool = False) -> Reader:
+    """A transformer said by its blocks (under `prefix`) and its width (the patch embedding's rows)."""
+    def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+        width = axis_size(shape, inner + patches, 0)
+        return (f"a {title} transformer ({_blocks(names, inner + prefix)} blocks"
+                + (f", width {width})" if width else ")"), None if bare_only and inner else kind)
+    return read
+
+
 def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare_only: bool = False) -> Reader:
     """FLUX.1's descendants: double-stream blocks, then single-stream blocks; the input channels of the patch
     embedding `patches` (HunyuanVideo-I2V's latent concatenation: 33 against 16; diffusers' type is the same)."""
@@ -203,6 +230,7 @@ def _layers(title: str, kind: str) -> Reader:
 # key -> (family, reader), in diffusers' order
 MODELS: dict[str, tuple[str, Reader]] = {
     FLUX2: ("flux2", _two_streams("FLUX.2", "guidance_in.in_layer.weight", "flux-2-dev", "img_in.weight")),
+    FLUX3: ("flux3", _flux3),
     CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma", "img_in.weight")),
     LTX2: ("ltx2", _ltx2),   # (before LTX-Video: see LTX2)
     LTX: ("ltx_video", _ltx),
@@ -213,7 +241,10 @@ MODELS: dict[str, tuple[str, Reader]] = {
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
     WAN: ("wan", _wan),
     QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "blocks", "qwen-image-2.1")),
+    KREA2: ("krea2", _widths("Krea 2", "blocks.", "first.weight", "krea2")),
     QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", "blocks", None)),   # (no type: see QWEN_IMAGE)
+    MINIMAX_H3: ("minimax_h3", _widths("MiniMax H3 audio-video", "blocks.", "video_patch_proj.weight", "minimax-h3",
+                                       bare_only=True)),
 }
 # The names one of which each of these holds (census/diffusion.py GATES)
 GATES = frozenset((*(p + key for key in MODELS for p in PREFIXES), *LTX_VAE, *LTX2_VAES, WAN_VAE))
