@@ -7,6 +7,8 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - HunyuanVideo (Tencent's `HYVideoDiffusionTransformer`: `double_blocks`, `single_blocks`, `txt_in.individual_token_refiner`);
 - FLUX.2 (Black Forest Labs' `Flux2`: FLUX.1's streams with shared modulations, `single_stream_modulation`) and
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
+- AuraFlow (fal's: `double_layers`, `single_layers`, `cond_seq_linear`; Pony V7's too) and Sana (NVlabs': PixArt's
+  `blocks.N.cross_attn.kv_linear`, its fixed `pos_embed` and null caption `y_embedder.y_embedding` buffers);
 - FLUX.3 (Black Forest Labs': per-mode streams, `early_stream_modulations`, `content_mode_blocks`, `single_blocks`; its
   step-distilled release's second timestep embedder, `ref_time_in`), Krea 2 (`txtfusion`, `blocks.N.mod.lin`) and
   MiniMax H3 (audio and video: `token_refiner.blocks.N.attn.qkv_proj`, `blocks`), in the names their released files
@@ -43,6 +45,9 @@ FLUX3 = "early_stream_modulations.image.lin.weight"
 FLUX3_DISTILLED = "ref_time_in.in_layer.weight"   # the step-distilled (flow-map) release's target-time embedder
 KREA2 = "txtfusion.projector.weight"
 MINIMAX_H3 = "token_refiner.blocks.0.attn.qkv_proj.weight"   # (diffusers: bare names only)
+AURAFLOW = "double_layers.0.attn.w2q.weight"   # (diffusers: bare names only, all of AURAFLOW and ALSO's)
+SANA = "blocks.0.cross_attn.q_linear.weight"   # (diffusers: bare names only)
+SANA_BUFFERS = ("pos_embed", "y_embedder.y_embedding")   # Sana's (PixArt's) register_buffer, which diffusers drops
 HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
 Z_IMAGE = "layers.0.adaLN_modulation.0.weight"
 LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, as diffusers does)
@@ -64,6 +69,9 @@ WAN_VAE = "decoder.middle.0.residual.0.gamma"
 QWEN_IMAGE_21 = "txt_in.text_norm.weight"   # Qwen-Image 2.1, in ComfyUI's names (its MLP's gate and up fused)
 QWEN_IMAGE = "txt_norm.weight"
 QWEN_IMAGE_BLOCK = "transformer_blocks.0.img_mod.1.weight"
+# the names a layout needs beside its key (diffusers' rule for AuraFlow: all four of its keys)
+ALSO = {QWEN_IMAGE: (QWEN_IMAGE_BLOCK,),
+        AURAFLOW: ("double_layers.0.attn.w1q.weight", "cond_seq_linear.weight", "t_embedder.mlp.0.weight")}
 PREFIXES = ("", UNET)
 PARTS = ((UNET, "transformer"),)
 LTX_PARTS = ((UNET, "transformer"), ("vae.", "vae"))   # LTX-Video's one file: its transformer beside its VAE
@@ -86,8 +94,7 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
     """The layout of a checkpoint holding one of these transformers or the Wan VAE (None: none of them), in the order
     diffusers tries them."""
     for key, (family, read) in MODELS.items():
-        inner = next((p for p in PREFIXES if p + key in names and (key != QWEN_IMAGE or p + QWEN_IMAGE_BLOCK in names)),
-                     None)
+        inner = next((p for p in PREFIXES if all(p + k in names for k in (key, *ALSO.get(key, ())))), None)
         if inner is None and key == LTX and any(k in names for k in LTX_VAE):
             inner = UNET   # (its VAE's keys alone: the transformer, if any, under ComfyUI's prefix)
         if inner is None and key == LTX2 and _ltx2_vaes(names):
@@ -107,10 +114,12 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
 def _buffers(names: Mapping[str, object], inner: str, ltx: bool) -> tuple[str, ...]:
     """What the models register as buffers under names the rules read as parameters: Wan-Animate's motion encoder (LIA's
     StyleGAN blocks), whose every Blur registers its `kernel`; LTX's VAEs' latent statistics and LTX-2.3's vocoder's
-    filters and bases."""
+    filters and bases; Sana's positions and null caption."""
     if ltx:
         return tuple(n for n in names if n.startswith(("vae.", "audio_vae.")) and LATENT_STATISTICS in n
                      or n.startswith("vocoder.") and n.endswith(VOCODER_BUFFERS))
+    if inner + SANA in names:
+        return tuple(inner + n for n in SANA_BUFFERS if inner + n in names)
     if inner + WAN_ANIMATE not in names:
         return ()
     return tuple(n for n in names if n.startswith(inner + "motion_encoder.") and n.endswith(".kernel"))
@@ -189,6 +198,14 @@ def _flux3(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, 
             "flux-3-image-distilled" if distilled else "flux-3-image")
 
 
+def _auraflow(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """AuraFlow: joint (MMDiT) layers, then single layers; diffusers' rule reads bare names only."""
+    width = axis_size(shape, inner + "init_x_linear.weight", 0)
+    return (f"an AuraFlow transformer ({_blocks(names, inner + 'double_layers.')} joint and "
+            f"{_blocks(names, inner + 'single_layers.')} single blocks" + (f", width {width})" if width else ")"),
+            None if inner else "auraflow")
+
+
 def _widths(title: str, prefix: str, patches: str, kind: str | None, bare_only: bool = False) -> Reader:
     """A transformer said by its blocks (under `prefix`) and its width (the patch embedding's rows)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -237,8 +254,10 @@ MODELS: dict[str, tuple[str, Reader]] = {
     MOCHI: ("mochi", _stack("Mochi", "blocks.", "asymmetric blocks", "mochi-1-preview")),
     HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
                                                   "img_in.proj.weight", bare_only=True)),
+    AURAFLOW: ("auraflow", _auraflow),
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
+    SANA: ("sana", _widths("Sana", "blocks.", "x_embedder.proj.weight", "sana", bare_only=True)),
     WAN: ("wan", _wan),
     QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "blocks", "qwen-image-2.1")),
     KREA2: ("krea2", _widths("Krea 2", "blocks.", "first.weight", "krea2")),
