@@ -9,6 +9,8 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
 - AuraFlow (fal's: `double_layers`, `single_layers`, `cond_seq_linear`; Pony V7's too) and Sana (NVlabs': PixArt's
   `blocks.N.cross_attn.kv_linear`, its fixed `pos_embed` and null caption `y_embedder.y_embedding` buffers);
+- Cosmos 2.0 (NVIDIA's Predict2, `MiniTrainDIT` under `net.`: `blocks.N.self_attn.q_proj`; its rotary tables and
+  training counters are buffers);
 - FLUX.3 (Black Forest Labs': per-mode streams, `early_stream_modulations`, `content_mode_blocks`, `single_blocks`; its
   step-distilled release's second timestep embedder, `ref_time_in`), Krea 2 (`txtfusion`, `blocks.N.mod.lin`) and
   MiniMax H3 (audio and video: `token_refiner.blocks.N.attn.qkv_proj`, `blocks`), in the names their released files
@@ -48,6 +50,9 @@ MINIMAX_H3 = "token_refiner.blocks.0.attn.qkv_proj.weight"   # (diffusers: bare 
 AURAFLOW = "double_layers.0.attn.w2q.weight"   # (diffusers: bare names only, all of AURAFLOW and ALSO's)
 SANA = "blocks.0.cross_attn.q_linear.weight"   # (diffusers: bare names only)
 SANA_BUFFERS = ("pos_embed", "y_embedder.y_embedding")   # Sana's (PixArt's) register_buffer, which diffusers drops
+COSMOS2 = "net.blocks.0.self_attn.q_proj.weight"   # (diffusers: all of COSMOS2 and ALSO's)
+# MiniTrainDIT's buffers, which diffusers' converter drops: the rotary tables, the training counters, TE's extra state
+COSMOS2_BUFFERS = ("net.pos_embedder.", "net.accum_")
 HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
 Z_IMAGE = "layers.0.adaLN_modulation.0.weight"
 LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, as diffusers does)
@@ -71,7 +76,8 @@ QWEN_IMAGE = "txt_norm.weight"
 QWEN_IMAGE_BLOCK = "transformer_blocks.0.img_mod.1.weight"
 # the names a layout needs beside its key (diffusers' rule for AuraFlow: all four of its keys)
 ALSO = {QWEN_IMAGE: (QWEN_IMAGE_BLOCK,),
-        AURAFLOW: ("double_layers.0.attn.w1q.weight", "cond_seq_linear.weight", "t_embedder.mlp.0.weight")}
+        AURAFLOW: ("double_layers.0.attn.w1q.weight", "cond_seq_linear.weight", "t_embedder.mlp.0.weight"),
+        COSMOS2: ("net.x_embedder.proj.1.weight", "net.pos_embedder.dim_spatial_range")}
 PREFIXES = ("", UNET)
 PARTS = ((UNET, "transformer"),)
 LTX_PARTS = ((UNET, "transformer"), ("vae.", "vae"))   # LTX-Video's one file: its transformer beside its VAE
@@ -120,6 +126,9 @@ def _buffers(names: Mapping[str, object], inner: str, ltx: bool) -> tuple[str, .
                      or n.startswith("vocoder.") and n.endswith(VOCODER_BUFFERS))
     if inner + SANA in names:
         return tuple(inner + n for n in SANA_BUFFERS if inner + n in names)
+    if inner + COSMOS2 in names:
+        return tuple(n for n in names if n.startswith(tuple(inner + p for p in COSMOS2_BUFFERS))
+                     or n.startswith(inner + "net.") and n.endswith("._extra_state"))
     if inner + WAN_ANIMATE not in names:
         return ()
     return tuple(n for n in names if n.startswith(inner + "motion_encoder.") and n.endswith(".kernel"))
@@ -206,6 +215,16 @@ def _auraflow(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[st
             None if inner else "auraflow")
 
 
+def _cosmos2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """Cosmos 2.0: diffusers' type by its patch embedding (68 inputs: text-to-image, 72: video-to-world; 2048 wide: 2B)."""
+    width = axis_size(shape, inner + "net.x_embedder.proj.1.weight", 0)
+    task = {68: "t2i", 72: "v2w"}.get(axis_size(shape, inner + "net.x_embedder.proj.1.weight", 1) or 0)
+    said = (f"{_blocks(names, inner + 'net.blocks.')} blocks", f"width {width}" if width else "",
+            {"t2i": "text-to-image", "v2w": "video-to-world"}.get(task or "", ""))
+    return (f"a Cosmos Predict2 transformer ({', '.join(x for x in said if x)})",
+            f"cosmos-2.0-{task}-{'2B' if width == 2048 else '14B'}" if task and not inner else None)
+
+
 def _widths(title: str, prefix: str, patches: str, kind: str | None, bare_only: bool = False) -> Reader:
     """A transformer said by its blocks (under `prefix`) and its width (the patch embedding's rows)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -261,6 +280,7 @@ MODELS: dict[str, tuple[str, Reader]] = {
     WAN: ("wan", _wan),
     QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "blocks", "qwen-image-2.1")),
     KREA2: ("krea2", _widths("Krea 2", "blocks.", "first.weight", "krea2")),
+    COSMOS2: ("cosmos", _cosmos2),
     QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", "blocks", None)),   # (no type: see QWEN_IMAGE)
     MINIMAX_H3: ("minimax_h3", _widths("MiniMax H3 audio-video", "blocks.", "video_patch_proj.weight", "minimax-h3",
                                        bare_only=True)),
