@@ -80,6 +80,8 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
     kind = _diffusers_type(m["tensors"])
     if label == "flux2-ae":   # an LDM-named VAE alone: diffusers' rules fall through to "v1" (no type of its own)
         assert kind == "v1" and one["model_type"] is None
+    elif label.startswith("hunyuanvideo-1.5"):   # diffusers' rules take it for HunyuanVideo's, whose config does not fit
+        assert kind == "hunyuan-video" and one["model_type"] is None
     elif label.startswith("ltx-2"):   # (see test_ltx2_is_what_diffusers_ltx2_models_load)
         assert kind == "ltx-video-0.9.7" and _ltx2_branch(m["tensors"])
         kind = "ltx2-dev"
@@ -113,6 +115,10 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert ("first and last frames" in what) == (kind == "flf2v")
         if kind == "vace":
             assert f"{len(c['vace_layers'])} VACE blocks" in what
+    elif label.startswith("hunyuanvideo-1.5"):
+        assert what == (f"a HunyuanVideo 1.5 transformer ({c['mm_double_blocks_depth']} double-stream blocks, width "
+                        f"{c['hidden_size']}, {2 * c['in_channels'] + 1} input channels"   # (concat_condition's)
+                        + (", step-distilled" if c.get("use_meanflow") else "") + ")")
     elif label.startswith("hunyuanvideo"):
         assert f"{c['mm_double_blocks_depth']} double- and {c['mm_single_blocks_depth']} single-stream" in what
         assert f"{c['in_channels']} input channels" in what
@@ -164,7 +170,7 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
 
 @pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev", "chroma",
                                    "lumina2", "z-image-turbo", "mochi-1-preview", "flux-3-image-distilled", "krea2",
-                                   "minimax-h3", "auraflow", "sana", "cosmos-2.0-v2w-2B"])
+                                   "minimax-h3", "auraflow", "sana", "cosmos-2.0-v2w-2B", "hunyuanvideo-1.5"])
 def test_under_comfyuis_prefix(tmp_path, label):
     """ComfyUI's checkpoint saves put the transformer under model.diffusion_model.: the same model, the same count;
     the model type where diffusers' rules read that prefix (not HunyuanVideo's)."""
@@ -261,15 +267,17 @@ LTX2_PARTS = {"transformer": ("model.diffusion_model.", "LTX2VideoTransformer3DM
               "audio_vae": ("audio_vae.", "AutoencoderKLLTX2Audio", "convert_ltx2_audio_vae_to_diffusers")}
 
 
-@pytest.mark.parametrize("label", ["ltx-2-19b", "ltx-2.3-22b"])
-def test_ltx2_releases_are_what_diffusers_loads(label):
-    """Each LTX-2 release's header, as its authors' code writes it, went through diffusers' own conversion script
-    (scripts/convert_ltx2_to_diffusers.py, its strict loads into each part's diffusers model of that release's
-    configuration: fixtures/make_dit_headers.py), whose models' parameters are the authors' component for component."""
+@pytest.mark.parametrize("label", ["ltx-2-19b", "ltx-2.3-22b", "hunyuanvideo-1.5", "hunyuanvideo-1.5-step-distilled"])
+def test_releases_checked_by_diffusers_scripts(label):
+    """Each LTX-2 and HunyuanVideo 1.5 release's header, as its authors' code writes it, went through diffusers' own
+    conversion script (scripts/convert_ltx2_to_diffusers.py, convert_hunyuan_video1_5_to_diffusers.py: strict loads
+    into each part's diffusers model of that release's configuration, fixtures/make_dit_headers.py), whose models'
+    parameters are the authors' component for component."""
     m = MODELS[label]
-    assert HEADERS["written_by"]["ltx2_checked_by"].endswith("scripts/convert_ltx2_to_diffusers.py")
-    assert {part: d["parameters"] for part, d in m["diffusers"].items()} == m["components"]
-    assert all(d["class"].startswith(("LTX2", "AutoencoderKLLTX2")) for d in m["diffusers"].values())
+    assert all(f"convert_{s}_to_diffusers.py" in HEADERS["written_by"]["checked_by"] for s in ("ltx2", "hunyuan_video1_5"))
+    assert {part: d["parameters"] for part, d in m["diffusers"].items()} == m.get("components",
+                                                                               {"transformer": m["parameters"]})
+    assert all(d["class"].startswith(("LTX2", "AutoencoderKLLTX2", "HunyuanVideo15")) for d in m["diffusers"].values())
 
 
 def test_ltx2_is_what_diffusers_ltx2_models_load():

@@ -4,7 +4,9 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 
 - Wan 2.1 and 2.2 (Wan-Video's `WanModel`: `patch_embedding`, `blocks.N.self_attn`, `head.modulation`; VACE's
   `vace_blocks`), and the Wan VAEs (`WanVAE_`: `encoder.downsamples`, `decoder.middle`...);
-- HunyuanVideo (Tencent's `HYVideoDiffusionTransformer`: `double_blocks`, `single_blocks`, `txt_in.individual_token_refiner`);
+- HunyuanVideo (Tencent's `HYVideoDiffusionTransformer`: `double_blocks`, `single_blocks`, `txt_in.individual_token_refiner`)
+  and HunyuanVideo 1.5 (`HunyuanVideo_1_5_DiffusionTransformer`: the same refiner, double-stream blocks only, each
+  attention's q, k and v apart: `double_blocks.N.img_attn_q`), which diffusers' rules take for HunyuanVideo's;
 - FLUX.2 (Black Forest Labs' `Flux2`: FLUX.1's streams with shared modulations, `single_stream_modulation`) and
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
 - AuraFlow (fal's: `double_layers`, `single_layers`, `cond_seq_linear`; Pony V7's too) and Sana (NVlabs': PixArt's
@@ -54,6 +56,8 @@ COSMOS2 = "net.blocks.0.self_attn.q_proj.weight"   # (diffusers: all of COSMOS2 
 # MiniTrainDIT's buffers, which diffusers' converter drops: the rotary tables, the training counters, TE's extra state
 COSMOS2_BUFFERS = ("net.pos_embedder.", "net.accum_")
 HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
+HUNYUAN_15 = "double_blocks.0.img_attn_q.weight"   # HunyuanVideo 1.5's (HunyuanVideo's attention: a fused img_attn_qkv)
+HUNYUAN_15_MEANFLOW = "time_r_in.mlp.0.weight"   # its step-distilled (MeanFlow) release's second timestep embedder
 Z_IMAGE = "layers.0.adaLN_modulation.0.weight"
 LUMINA2 = "cap_embedder.0.weight"    # (Z-Image holds one too: tried after it, as diffusers does)
 MOCHI = "blocks.0.attn.qkv_x.weight"
@@ -247,6 +251,23 @@ def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare
     return read
 
 
+_HUNYUAN_1 = _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video", "img_in.proj.weight",
+                         bare_only=True)
+
+
+def _hunyuan_video(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """HunyuanVideo by diffusers' rules; HunyuanVideo 1.5 without a type (diffusers has no single-file type for it: its
+    rules answer HunyuanVideo's, whose configuration does not fit it)."""
+    if inner + HUNYUAN_15 not in names:
+        return _HUNYUAN_1(names, shape, inner)
+    width = axis_size(shape, inner + "img_in.proj.weight", 0)
+    channels = axis_size(shape, inner + "img_in.proj.weight", 1)
+    said = (f"{_blocks(names, inner + 'double_blocks.')} double-stream blocks", f"width {width}" if width else "",
+            f"{channels} input channels" if channels else "",
+            "step-distilled" if inner + HUNYUAN_15_MEANFLOW in names else "")
+    return f"a HunyuanVideo 1.5 transformer ({', '.join(x for x in said if x)})", None
+
+
 def _stack(title: str, prefix: str, noun: str, kind: str | None) -> Reader:
     """A transformer said by its one stack of blocks (under `prefix`, called `noun`)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -271,8 +292,7 @@ MODELS: dict[str, tuple[str, Reader]] = {
     LTX2: ("ltx2", _ltx2),   # (before LTX-Video: see LTX2)
     LTX: ("ltx_video", _ltx),
     MOCHI: ("mochi", _stack("Mochi", "blocks.", "asymmetric blocks", "mochi-1-preview")),
-    HUNYUAN_VIDEO: ("hunyuan_video", _two_streams("HunyuanVideo", "guidance_in.mlp.0.weight", "hunyuan-video",
-                                                  "img_in.proj.weight", bare_only=True)),
+    HUNYUAN_VIDEO: ("hunyuan_video", _hunyuan_video),
     AURAFLOW: ("auraflow", _auraflow),
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
