@@ -82,6 +82,8 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
         assert kind == "v1" and one["model_type"] is None
     elif label.startswith("hunyuanvideo-1.5"):   # diffusers' rules take it for HunyuanVideo's, whose config does not fit
         assert kind == "hunyuan-video" and one["model_type"] is None
+    elif label == "wan2.2-s2v-14B":   # and Wan's speech-to-video model for its text-to-video 14B
+        assert kind == "wan-t2v-14B" and one["model_type"] is None
     elif label.startswith("ltx-2"):   # (see test_ltx2_is_what_diffusers_ltx2_models_load)
         assert kind == "ltx-video-0.9.7" and _ltx2_branch(m["tensors"])
         kind = "ltx2-dev"
@@ -113,6 +115,9 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert ("image input" in what) == (  # (Wan 2.1's WanModel builds its image embedding for these; 2.2's none)
             kind in ("i2v", "flf2v") and label.startswith("wan2.1") or c.get("use_img_emb", False))
         assert ("first and last frames" in what) == (kind == "flf2v")
+        assert ("speech-to-video" in what) == (kind == "s2v")
+        if kind == "s2v":
+            assert f"{len(c['audio_inject_layers'])} audio-injection layers" in what
         if kind == "vace":
             assert f"{len(c['vace_layers'])} VACE blocks" in what
     elif label.startswith("hunyuanvideo-1.5"):

@@ -72,6 +72,7 @@ LTX2_GATED = "transformer_blocks.0.attn1.to_gate_logits.weight"   # LTX-2.3's (a
 WAN = "head.modulation"
 WAN_VACE = "vace_blocks.0.after_proj.bias"
 WAN_ANIMATE = "motion_encoder.dec.direction.weight"
+WAN_S2V = "casual_audio_encoder.weights"   # Wan 2.2's speech-to-video model (WanModel_S2V; no diffusers type: see _wan)
 WAN_VAE = "decoder.middle.0.residual.0.gamma"
 # Qwen-Image (1): released in diffusers' own names (QwenImageTransformer2DModel), which ComfyUI's copies keep; diffusers'
 # single-file rules name no type for it (its 2.1 has `txt_in.text_norm`)
@@ -161,12 +162,14 @@ def _wan(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
         kind = "wan-t2v-14B"
     else:   # (without a patch embedding diffusers' rules stop: no type)
         kind = "wan-i2v-14B" if dim else None
-    said = (f"width {dim}" if dim else "", f"{_blocks(names, inner + 'blocks.')} blocks",
+    speech = inner + WAN_S2V in names   # (diffusers' rules give it the text-to-video 14B's type, whose config does not fit)
+    said = ("speech-to-video" if speech else "", f"width {dim}" if dim else "", f"{_blocks(names, inner + 'blocks.')} blocks",
             f"{channels} input channels" if channels else "",
             f"{_blocks(names, inner + 'vace_blocks.')} VACE blocks" if inner + WAN_VACE in names else "",
             "a CLIP image input" if inner + "img_emb.proj.0.weight" in names else "",
-            "first and last frames" if inner + "img_emb.emb_pos" in names else "")
-    return f"a Wan video transformer ({', '.join(x for x in said if x)})", kind
+            "first and last frames" if inner + "img_emb.emb_pos" in names else "",
+            f"{_blocks(names, inner + 'audio_injector.injector.')} audio-injection layers" if speech else "")
+    return f"a Wan video transformer ({', '.join(x for x in said if x)})", None if speech else kind
 
 
 def _ltx(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
