@@ -56,6 +56,13 @@ CONTROLNET = ("control_model.time_embed.0.weight", "controlnet_cond_embedding.co
 CONTROLNET_XL = "add_embedding.linear_1.weight"
 CONTROLNET_XL_LARGE = "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_k.weight"
 CONTROLNET_XL_MID = "down_blocks.1.attentions.0.norm.weight"
+# The ControlNets of the transformers, alone in diffusers' names: FLUX.1's and Qwen-Image's (`controlnet_x_embedder`:
+# InstantX's and Shakker-Labs' unions), SD 3's (`pos_embed_input`), which diffusers' single-file rules do not type; and
+# Z-Image's (alibaba-pai's Fun ControlNets, diffusers' keys: 2.x's fifteenth control layer, 1.0's patch embedding)
+DIT_CONTROLNETS = ("controlnet_x_embedder.weight", "pos_embed_input.proj.weight")
+Z_CONTROLNET_2 = "control_layers.14.adaLN_modulation.0.weight"
+Z_CONTROLNET = "control_all_x_embedder.2-1.weight"
+Z_CONTROLNET_REFINER = "control_noise_refiner.0.before_proj.weight"   # (2.0 holds it zero, 2.1 trained: by its values)
 CONTROLNET_CONTEXT = ("control_model.middle_block.1.transformer_blocks.0.attn2.to_k.weight",   # its text width
                       "mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight")
 # AnimateDiff's motion modules (guoyww/AnimateDiff's mm_*.ckpt, in its original names): diffusers' keys, the positional
@@ -143,8 +150,8 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
     if wrapper is None:   # (diffusers tries a ControlNet, then SD 3, then FLUX.1)
-        return (_controlnet(names, shape) or _sd3(names, shape) or _animatediff(names, shape) or _flux(names, shape)
-                or _vae(names, shape) or _unet_alone(names, shape, ""))
+        return (_controlnet(names, shape) or _dit_controlnet(names) or _sd3(names, shape) or _animatediff(names, shape)
+                or _flux(names, shape) or _vae(names, shape) or _unet_alone(names, shape, ""))
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):   # a UNet alone: no pipeline's layout
         return _unet_alone(names, shape, wrapper + UNET)
@@ -227,6 +234,33 @@ def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, .
     return Layout("controlnet", what, kind, "", (("control_model.", "controlnet"),), "controlnet")
 
 
+def _dit_controlnet(names: Mapping[str, object]) -> Layout | None:
+    """A transformer's ControlNet alone (DIT_CONTROLNETS, Z-Image's): its blocks; Z-Image's type by diffusers' rules."""
+    def blocks(prefix: str) -> int:
+        return len({n[len(prefix):].partition(".")[0] for n in names if n.startswith(prefix)})
+    if any(k in names for k in DIT_CONTROLNETS):
+        title = ("Qwen-Image" if "img_in.weight" in names else "FLUX.1" if "x_embedder.weight" in names
+                 else "Stable Diffusion 3" if DIT_CONTROLNETS[1] in names else None)
+        if title is None:
+            return None
+        double = blocks("transformer_blocks.")
+        stack = (f"{double} double- and {blocks('single_transformer_blocks.')} single-stream blocks" if title == "FLUX.1"
+                 else f"{double} blocks")
+        what = f"a {title} ControlNet ({stack}" + (", control modes)" if "controlnet_mode_embedder.weight" in names else ")")
+        # SD 3's PatchEmbed positions: a buffer, as SD3Transformer2DModel's (see _sd3)
+        return Layout("controlnet", what, None, "", (), "controlnet", tuple(k for k in ("pos_embed.pos_embed",) if k in names))
+    if Z_CONTROLNET_2 in names:
+        kind = None if Z_CONTROLNET_REFINER in names else "z-image-turbo-controlnet-2.0"
+    elif Z_CONTROLNET in names:
+        kind = "z-image-turbo-controlnet"
+    else:
+        return None
+    refiner = blocks("control_noise_refiner.")
+    what = (f"a Z-Image ControlNet ({blocks('control_layers.')} control layers"
+            + (f", {refiner} noise-refiner layers" if refiner else "") + ")")
+    return Layout("controlnet", what, kind, "", (), "controlnet")
+
+
 def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
     """Stable Diffusion 3 / 3.5's MMDiT, bare or under `model.diffusion_model.` beside its VAE and text encoders."""
     inner = next((p for p in ("", UNET) if p + KEYS["sd3"] in names or p + KEYS["sd35_large"] in names), None)
@@ -260,15 +294,22 @@ def _flux(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | 
 
 
 VAE_KEYS = ("encoder.conv_in.weight", "decoder.conv_out.weight", "encoder.mid.attn_1.q.weight")   # LDM's names
+# diffusers' AutoencoderKL's attention (and the older names diffusers still reads: madebyollin/sdxl-vae-fp16-fix's and
+# stabilityai/sd-vae-ft-mse's files hold one or the other)
+DIFFUSERS_VAE_ATTENTION = ("encoder.mid_block.attentions.0.to_q.weight", "encoder.mid_block.attentions.0.query.weight")
 VAE_PARTS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.", "bn.")   # bn.: FLUX.2's latent BatchNorm
 
 
 def _vae(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
-    """A VAE alone in LDM's names (what `AutoencoderKL.from_single_file` reads): every name under its parts."""
-    if not all(k in names for k in VAE_KEYS) or not all(n.startswith(VAE_PARTS) for n in names):
+    """A VAE alone in LDM's names (what `AutoencoderKL.from_single_file` reads) or diffusers' (its `vae/` folder's file
+    without the config.json beside it): every name under its parts."""
+    ldm = VAE_KEYS[2] in names
+    if (not all(k in names for k in VAE_KEYS[:2]) or not (ldm or any(k in names for k in DIFFUSERS_VAE_ATTENTION))
+            or not all(n.startswith(VAE_PARTS) for n in names)):
         return None
     latents = axis_size(shape, "decoder.conv_in.weight", 1)   # its input: the latent channels (4: SD 1.x-XL, 16: SD 3, FLUX)
-    what = "a VAE (LDM's autoencoder" + (f", {latents} latent channels)" if latents else ")")
+    what = ("a VAE (" + ("LDM's autoencoder" if ldm else "diffusers' AutoencoderKL")
+            + (f", {latents} latent channels)" if latents else ")"))
     return Layout("vae", what, None, "", (), "vae")
 
 
@@ -304,4 +345,5 @@ def _openclip(prefix: str, rest: str, part: str) -> str:
 # A name every layout here holds (each one's first test): census/counts.py tells a checkpoint with none of them in one
 # pass over its names, before any look-up (a look-up scans a big header's names: core/tensor_table.py)
 GATES = frozenset((*(w + UNET + "input_blocks.0.0.weight" for w in WRAPPERS), *CONTROLNET, VAE_KEYS[0], UNET_KEYS[0], ANIMATEDIFF,
+                   *DIT_CONTROLNETS, Z_CONTROLNET_2, Z_CONTROLNET,
                    *(p + KEYS[k] for p in ("", UNET) for k in ("sd3", "sd35_large", "flux"))))
