@@ -7,9 +7,10 @@ Oracles:
   Black Forest Labs' Flux2 and AutoEncoder, built at their released sizes on the meta device), with the model's
   `parameters()` and buffers.
 - fixtures/single_file/dit_headers_diffusers.json (fixtures/make_diffusers_named_headers.py): FLUX.3, Krea 2,
-  MiniMax H3, AuraFlow, Sana and Cosmos 2.0, diffusers' own classes at their defaults (Cosmos': its conversion
-  script's configurations) written under their released files' names by reversing diffusers' single-file converters
-  (each reversal checked by running the converter: it gives back the model exactly).
+  MiniMax H3, AuraFlow, Sana, Cosmos 2.0 and HiDream, diffusers' own classes at their defaults (Cosmos': its
+  conversion script's configurations; HiDream's: its model card's sizes) written under their released files' names by
+  reversing diffusers' single-file converters (each reversal checked by running the converter: it gives back the model
+  exactly).
 - diffusers (the test install's 0.42.1): `infer_diffusers_model_type` on the same names and shapes, and the config
   repository DIFFUSERS_DEFAULT_PIPELINE_PATHS names for it.
 - gguf-py: a ComfyUI-GGUF file of the same names (its rules: vectors, modulations and the 5-D patch embedding in F32,
@@ -39,7 +40,8 @@ FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyua
             "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet",
             "mochi-1-preview": "mochi", "ltx-2-19b": "ltx2", "ltx-2.3-22b": "ltx2", "flux-3-image": "flux3",
             "flux-3-image-distilled": "flux3", "krea2": "krea2", "minimax-h3": "minimax_h3", "auraflow": "auraflow",
-            "sana": "sana", **{f"cosmos-2.0-{t}-{b}": "cosmos" for t in ("t2i", "v2w") for b in ("2B", "14B")}}
+            "sana": "sana", "hidream": "hidream",
+            **{f"cosmos-2.0-{t}-{b}": "cosmos" for t in ("t2i", "v2w") for b in ("2B", "14B")}}
 UNET = "model.diffusion_model."
 
 
@@ -159,6 +161,10 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         task = "text-to-image" if "t2i" in label else "video-to-world"
         assert what == (f"a Cosmos Predict2 transformer ({c['num_layers']} blocks, width "
                         f"{c['num_attention_heads'] * c['attention_head_dim']}, {task})")
+    elif label == "hidream":
+        assert what == (f"a HiDream transformer ({c['num_layers']} double- and {c['num_single_layers']} single-stream "
+                        f"blocks, width {c['num_attention_heads'] * c['attention_head_dim']}, "
+                        f"{c['num_routed_experts']} routed experts)")
     elif label == "minimax-h3":
         assert what == f"a MiniMax H3 audio-video transformer ({c['num_layers']} blocks, width {c['hidden_size']})"
     elif label.startswith("ltx-2"):
@@ -175,7 +181,7 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
 
 @pytest.mark.parametrize("label", ["wan2.1-t2v-14B", "wan2.1-vace-1.3B", "hunyuanvideo-t2v", "flux2-dev", "chroma",
                                    "lumina2", "z-image-turbo", "mochi-1-preview", "flux-3-image-distilled", "krea2",
-                                   "minimax-h3", "auraflow", "sana", "cosmos-2.0-v2w-2B", "hunyuanvideo-1.5"])
+                                   "minimax-h3", "auraflow", "sana", "cosmos-2.0-v2w-2B", "hunyuanvideo-1.5", "hidream"])
 def test_under_comfyuis_prefix(tmp_path, label):
     """ComfyUI's checkpoint saves put the transformer under model.diffusion_model.: the same model, the same count;
     the model type where diffusers' rules read that prefix (not HunyuanVideo's)."""

@@ -11,6 +11,7 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
   Chroma (lodestone-rock's FLUX.1-schnell without its modulation layers: `distilled_guidance_layer`);
 - AuraFlow (fal's: `double_layers`, `single_layers`, `cond_seq_linear`; Pony V7's too) and Sana (NVlabs': PixArt's
   `blocks.N.cross_attn.kv_linear`, its fixed `pos_embed` and null caption `y_embedder.y_embedding` buffers);
+- HiDream-I1 (released in diffusers' own names: `double_stream_blocks.N.block`, its image MLP's routed experts);
 - Cosmos 2.0 (NVIDIA's Predict2, `MiniTrainDIT` under `net.`: `blocks.N.self_attn.q_proj`; its rotary tables and
   training counters are buffers);
 - FLUX.3 (Black Forest Labs': per-mode streams, `early_stream_modulations`, `content_mode_blocks`, `single_blocks`; its
@@ -52,6 +53,7 @@ MINIMAX_H3 = "token_refiner.blocks.0.attn.qkv_proj.weight"   # (diffusers: bare 
 AURAFLOW = "double_layers.0.attn.w2q.weight"   # (diffusers: bare names only, all of AURAFLOW and ALSO's)
 SANA = "blocks.0.cross_attn.q_linear.weight"   # (diffusers: bare names only)
 SANA_BUFFERS = ("pos_embed", "y_embedder.y_embedding")   # Sana's (PixArt's) register_buffer, which diffusers drops
+HIDREAM = "double_stream_blocks.0.block.adaLN_modulation.1.bias"   # (diffusers: bare names only)
 COSMOS2 = "net.blocks.0.self_attn.q_proj.weight"   # (diffusers: all of COSMOS2 and ALSO's)
 # MiniTrainDIT's buffers, which diffusers' converter drops: the rotary tables, the training counters, TE's extra state
 COSMOS2_BUFFERS = ("net.pos_embedder.", "net.accum_")
@@ -232,6 +234,16 @@ def _cosmos2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str
             f"cosmos-2.0-{task}-{'2B' if width == 2048 else '14B'}" if task and not inner else None)
 
 
+def _hidream(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
+    """HiDream-I1: double-stream, then single-stream blocks, each image MLP a mixture of routed experts."""
+    width = axis_size(shape, inner + "x_embedder.proj.weight", 0)
+    experts = _blocks(names, inner + "double_stream_blocks.0.block.ff_i.experts.")
+    said = (f"{_blocks(names, inner + 'double_stream_blocks.')} double- and "
+            f"{_blocks(names, inner + 'single_stream_blocks.')} single-stream blocks", f"width {width}" if width else "",
+            f"{experts} routed experts" if experts else "")
+    return f"a HiDream transformer ({', '.join(x for x in said if x)})", None if inner else "hidream"
+
+
 def _widths(title: str, prefix: str, patches: str, kind: str | None, bare_only: bool = False) -> Reader:
     """A transformer said by its blocks (under `prefix`) and its width (the patch embedding's rows)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -303,6 +315,7 @@ MODELS: dict[str, tuple[str, Reader]] = {
     WAN: ("wan", _wan),
     QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "blocks", "qwen-image-2.1")),
     KREA2: ("krea2", _widths("Krea 2", "blocks.", "first.weight", "krea2")),
+    HIDREAM: ("hidream", _hidream),
     COSMOS2: ("cosmos", _cosmos2),
     QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", "blocks", None)),   # (no type: see QWEN_IMAGE)
     MINIMAX_H3: ("minimax_h3", _widths("MiniMax H3 audio-video", "blocks.", "video_patch_proj.weight", "minimax-h3",
