@@ -7,10 +7,10 @@ Oracles:
   Black Forest Labs' Flux2 and AutoEncoder, built at their released sizes on the meta device), with the model's
   `parameters()` and buffers.
 - fixtures/single_file/dit_headers_diffusers.json (fixtures/make_diffusers_named_headers.py): FLUX.3, Krea 2,
-  MiniMax H3, AuraFlow, Sana, Cosmos 2.0 and HiDream, diffusers' own classes at their defaults (Cosmos': its
-  conversion script's configurations; HiDream's: its model card's sizes) written under their released files' names by
-  reversing diffusers' single-file converters (each reversal checked by running the converter: it gives back the model
-  exactly).
+  MiniMax H3, AuraFlow, Sana, Cosmos 2.0, HiDream and Stable Cascade, diffusers' own classes at their defaults
+  (Cosmos' and Stable Cascade's: their conversion scripts' configurations; HiDream's: its model card's sizes) written
+  under their released files' names by reversing diffusers' single-file converters (each reversal checked by running
+  the converter: it gives back the model exactly).
 - diffusers (the test install's 0.42.1): `infer_diffusers_model_type` on the same names and shapes, and the config
   repository DIFFUSERS_DEFAULT_PIPELINE_PATHS names for it.
 - gguf-py: a ComfyUI-GGUF file of the same names (its rules: vectors, modulations and the 5-D patch embedding in F32,
@@ -40,7 +40,8 @@ FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyua
             "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet",
             "mochi-1-preview": "mochi", "ltx-2-19b": "ltx2", "ltx-2.3-22b": "ltx2", "flux-3-image": "flux3",
             "flux-3-image-distilled": "flux3", "krea2": "krea2", "minimax-h3": "minimax_h3", "auraflow": "auraflow",
-            "sana": "sana", "hidream": "hidream",
+            "sana": "sana", "hidream": "hidream", **{f"stable_cascade_stage_{s}": "stable_cascade"
+                                                     for s in ("b", "b_lite", "c", "c_lite")},
             **{f"cosmos-2.0-{t}-{b}": "cosmos" for t in ("t2i", "v2w") for b in ("2B", "14B")}}
 UNET = "model.diffusion_model."
 
@@ -98,7 +99,10 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
     assert r["parameters"]["unique"] == m["parameters"]
     assert sum(c["buffers"] for c in one["components"]) == len(m["buffers"])
     family = _family(label)
-    whole = {(family if family in ("vae", "controlnet") else "transformer"): m["parameters"]}
+    part = {"vae": "vae", "controlnet": "controlnet"}.get(family, "transformer")
+    if family == "stable_cascade":   # (diffusers' StableCascadePriorPipeline's and DecoderPipeline's components)
+        part = "prior" if "stage_c" in label else "decoder"
+    whole = {part: m["parameters"]}
     assert {c["component"]: c["params"] for c in one["components"]} == m.get("components", whole)
 
 
@@ -161,6 +165,11 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         task = "text-to-image" if "t2i" in label else "video-to-world"
         assert what == (f"a Cosmos Predict2 transformer ({c['num_layers']} blocks, width "
                         f"{c['num_attention_heads'] * c['attention_head_dim']}, {task})")
+    elif label.startswith("stable_cascade_stage_c"):
+        assert what == f"a Stable Cascade stage C UNet (the prior, width {c['conditioning_dim']})"
+    elif label.startswith("stable_cascade_stage_b"):
+        widths = ", ".join(str(w) for w in c["block_out_channels"])
+        assert what == f"a Stable Cascade stage B UNet (the decoder, widths {widths})"
     elif label == "hidream":
         assert what == (f"a HiDream transformer ({c['num_layers']} double- and {c['num_single_layers']} single-stream "
                         f"blocks, width {c['num_attention_heads'] * c['attention_head_dim']}, "

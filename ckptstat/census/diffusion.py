@@ -63,6 +63,10 @@ DIT_CONTROLNETS = ("controlnet_x_embedder.weight", "pos_embed_input.proj.weight"
 Z_CONTROLNET_2 = "control_layers.14.adaLN_modulation.0.weight"
 Z_CONTROLNET = "control_all_x_embedder.2-1.weight"
 Z_CONTROLNET_REFINER = "control_noise_refiner.0.before_proj.weight"   # (2.0 holds it zero, 2.1 trained: by its values)
+# Stable Cascade's UNets in Stability AI's names (diffusers' keys): stage C's (the prior) text mapper, stage B's (the
+# decoder) second level's first block
+CASCADE_C = "clip_txt_mapper.weight"
+CASCADE_B = "down_blocks.1.0.channelwise.0.weight"
 CONTROLNET_CONTEXT = ("control_model.middle_block.1.transformer_blocks.0.attn2.to_k.weight",   # its text width
                       "mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight")
 # AnimateDiff's motion modules (guoyww/AnimateDiff's mm_*.ckpt, in its original names): diffusers' keys, the positional
@@ -150,8 +154,8 @@ def layout(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] |
     type follows infer_diffusers_model_type's branches, in its order."""
     wrapper = next((w for w in WRAPPERS if w + UNET + "input_blocks.0.0.weight" in names), None)
     if wrapper is None:   # (diffusers tries a ControlNet, then SD 3, then FLUX.1)
-        return (_controlnet(names, shape) or _dit_controlnet(names) or _sd3(names, shape) or _animatediff(names, shape)
-                or _flux(names, shape) or _vae(names, shape) or _unet_alone(names, shape, ""))
+        return (_controlnet(names, shape) or _dit_controlnet(names) or _stable_cascade(names, shape) or _sd3(names, shape)
+                or _animatediff(names, shape) or _flux(names, shape) or _vae(names, shape) or _unet_alone(names, shape, ""))
     beside = tuple(wrapper + p for p in ("first_stage_model.", "cond_stage_model.", "conditioner."))
     if not any(n.startswith(beside) for n in names):   # a UNet alone: no pipeline's layout
         return _unet_alone(names, shape, wrapper + UNET)
@@ -261,6 +265,23 @@ def _dit_controlnet(names: Mapping[str, object]) -> Layout | None:
     return Layout("controlnet", what, kind, "", (), "controlnet")
 
 
+def _stable_cascade(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
+    """Stable Cascade's stage C (its width the text mapper's: 2048, the lite 1536) or stage B (its levels' widths: the
+    second 640, the lite 576), the type by diffusers' rules."""
+    if CASCADE_C in names:
+        width = axis_size(shape, CASCADE_C, 0)
+        kind = {2048: "stable_cascade_stage_c", 1536: "stable_cascade_stage_c_lite"}.get(width or 0)
+        what = "a Stable Cascade stage C UNet (the prior" + (f", width {width})" if width else ")")
+    elif CASCADE_B in names:
+        kind = {640: "stable_cascade_stage_b", 576: "stable_cascade_stage_b_lite"}.get(axis_size(shape, CASCADE_B, -1) or 0)
+        widths = [axis_size(shape, f"down_blocks.{i}.0.channelwise.0.weight", -1)
+                  for i in range(len({n.split(".")[1] for n in names if n.startswith("down_blocks.")}))]
+        what = "a Stable Cascade stage B UNet (the decoder, widths " + ", ".join(str(w) for w in widths if w) + ")"
+    else:
+        return None
+    return Layout("stable_cascade", what, kind, "", (), "prior" if CASCADE_C in names else "decoder")
+
+
 def _sd3(names: Mapping[str, object], shape: Callable[[str], tuple[int, ...] | None]) -> Layout | None:
     """Stable Diffusion 3 / 3.5's MMDiT, bare or under `model.diffusion_model.` beside its VAE and text encoders."""
     inner = next((p for p in ("", UNET) if p + KEYS["sd3"] in names or p + KEYS["sd35_large"] in names), None)
@@ -345,5 +366,5 @@ def _openclip(prefix: str, rest: str, part: str) -> str:
 # A name every layout here holds (each one's first test): census/counts.py tells a checkpoint with none of them in one
 # pass over its names, before any look-up (a look-up scans a big header's names: core/tensor_table.py)
 GATES = frozenset((*(w + UNET + "input_blocks.0.0.weight" for w in WRAPPERS), *CONTROLNET, VAE_KEYS[0], UNET_KEYS[0], ANIMATEDIFF,
-                   *DIT_CONTROLNETS, Z_CONTROLNET_2, Z_CONTROLNET,
+                   *DIT_CONTROLNETS, Z_CONTROLNET_2, Z_CONTROLNET, CASCADE_C, CASCADE_B,
                    *(p + KEYS[k] for p in ("", UNET) for k in ("sd3", "sd35_large", "flux"))))
