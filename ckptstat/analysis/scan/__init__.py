@@ -126,6 +126,17 @@ def nothing_inside(r: dict[str, Any]) -> bool:
     return r.get("members") == [] and r["status"] == "safe"
 
 
+def _pickle_shaped(path: str) -> bool:
+    """A file that opens as a pickle of protocol 2 or later (PROTO and its number), whatever its name: listed in a folder's
+    scan even when no loader can read it (a loader other than the ones scan follows may read on)."""
+    try:
+        with open_regular(path) as f:
+            head = f.read(2)
+    except (OSError, CkptstatError):
+        return False
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
 def _judged(rel: str, path: str) -> tuple[str, Any] | None:
     """A folder's file judged: ("report", its report); ("unreadable", why) for a file whose name says pickle that no
     loader can read; ("skipped", why) when it cannot be read at all; None when no loader reads a pickle (or config)
@@ -134,7 +145,7 @@ def _judged(rel: str, path: str) -> tuple[str, Any] | None:
         r = scan_local(path)
     except CkptstatError as e:
         why = e.reason if isinstance(e, CheckpointError) else str(e)
-        if pickle_named(rel):   # a pickle's name: listed even when no loader can read it
+        if pickle_named(rel) or _pickle_shaped(path):   # a pickle's name or opening: listed even when no loader can read it
             return "unreadable", why
         if not isinstance(e, CorruptCheckpointError):   # not "no loader reads a pickle from it": not looked at
             return "skipped", f"cannot read it ({why})"

@@ -453,6 +453,10 @@ def report(t: Trace, safe: str | None = None, loader: str | None = None) -> dict
         named = sorted({fd.name + (" (its attributes set by BUILD)" if fd.opcode == "BUILD" else "")
                         for w in reached for fd in w.findings})
         verdict = f"UNSAFE: {loader or 'torch.load without weights_only'} would import and may call: " + ", ".join(named)
+        lenient = sorted({w.lenient_loaders for w in reached if w.lenient_from is not None and any(
+            fd.offset >= w.lenient_from for fd in w.findings)})
+        if lenient:   # (past where the unpickler raises: pickle_machine.py `lenient`)
+            verdict += f" (some only where {'; '.join(lenient)} read on past where {who} raises)"
     elif status == "unknown":
         verdict = f"UNKNOWN: scan cannot tell what {who} would run: " + t.unknown[0]
     elif safe:

@@ -22,6 +22,7 @@ ambiguous instead of guessing.
 from __future__ import annotations
 
 import _compat_pickle
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -94,6 +95,9 @@ class Walk:
     end: int | None = None                   # where the stream's next read starts after STOP
     proto: int = 0
     weights_only: str | None = None          # why torch's weights_only unpickler refuses it (None: accepted)
+    # where the unpickler raised (`failure`) but other common loaders go on, and which: the walk goes on with them
+    lenient_from: int | None = None
+    lenient_loaders: str = ""
 
     def accept(self, names: frozenset[str]) -> None:
         """Globals a loader's own unpickling imports (numpy's, joblib's), accepted beside torch's allowlist."""
@@ -142,6 +146,15 @@ class Builds(Protocol):
         """The value BUILD leaves on the stack when it sets `state` on `obj` (it may read from `m.src`)."""
 
 
+# The most decimal digits Python converts to an int (sys.int_info.default_max_str_digits; a loader's process may raise
+# it with PYTHONINTMAXSTRDIGITS, which the walk does not know: past it the walk stops as the default unpickler does)
+MAX_INT_DIGITS = sys.int_info.default_max_str_digits
+# The loaders that go on where torch.load stops: Python 2 strings read as latin-1, a FRAME longer than the data read
+# short by Python's own pure-Python unpickler (joblib's NumpyUnpickler subclasses it)
+LATIN1_LOADERS = "pickle.load(encoding='latin1'), np.load(encoding='latin1'), pandas.read_pickle"
+PURE_PYTHON_LOADERS = "pickle._Unpickler and joblib.load (Python's pure-Python unpickler reads a short FRAME as it is)"
+
+
 def text_int(line: bytes, long: bool) -> object:
     """INT / LONG text arguments as the C unpickler reads them (strtol, then PyLong_FromString with
     base 0), kept only in the plain decimal form where the two readings cannot differ."""
@@ -153,6 +166,8 @@ def text_int(line: bytes, long: bool) -> object:
     digits = body[1:] if body[:1] in (b"+", b"-") else body
     if not digits.isdigit() or not digits.isascii() or (len(digits) > 1 and digits[:1] == b"0"):
         return UNKNOWN
+    if len(digits) > MAX_INT_DIGITS:   # (PyLong_FromString's limit: the unpickler raises ValueError here)
+        raise Fail(f"an integer of {len(digits):,} digits (over Python's {MAX_INT_DIGITS:,})")
     value = int(body)
     if not long and len(line) == 3 and value in (0, 1):   # a 2-character line holding 0 or 1 is a bool
         return bool(value)
@@ -374,6 +389,24 @@ class Machine:
         except UnicodeDecodeError as e:
             raise Fail(f"undecodable string ({e.reason})") from None
 
+    def py2_str(self, data: bytes) -> str:
+        """A Python 2 str (STRING, BINSTRING, SHORT_BINSTRING), decoded as torch.load does (utf-8). Where that raises,
+        the loaders that read such strings as latin-1 go on (pickle.load(encoding='latin1'), as numpy's and torch's
+        own `encoding="latin1"` and pandas' read_pickle call it): so does the walk, the failure kept as torch.load's."""
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.lenient(f"undecodable string ({e.reason})", LATIN1_LOADERS)
+            return data.decode("latin-1")
+
+    def lenient(self, failure: str, loaders: str) -> None:
+        """The unpickler raises here with `failure`, but `loaders` read on: the first such point is kept, the walk goes
+        on, and what it finds after is theirs (`walk` says so in each finding)."""
+        if self.w.failure is None:
+            self.w.failure, self.w.fail_at = failure, self.op_at
+        if self.w.lenient_from is None:
+            self.w.lenient_from, self.w.lenient_loaders = self.op_at, loaders
+
     def counted(self, n: int, kind: str) -> object:
         """A counted str or bytes argument of n bytes: its value if short, else only its kind."""
         if n > self.src.left():
@@ -385,7 +418,7 @@ class Machine:
         if kind == "bytes":
             return data
         if kind == "binstring":    # a Python 2 str: decoded with torch.load's encoding="utf-8"
-            return self.decode(data, "utf-8")
+            return self.py2_str(data)
         return self.decode(data, "utf-8", "surrogatepass")
 
     def stop(self) -> bool:

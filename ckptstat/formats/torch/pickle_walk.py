@@ -7,12 +7,14 @@ import codecs
 import pickletools
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 
 from ...core.limits import limits
 from .pickle_machine import (
     LONG_STR,
     MAX_OPS,
     MAX_TRACKED,
+    PURE_PYTHON_LOADERS,
     UNKNOWN,
     Buffering,
     Builds,
@@ -77,10 +79,15 @@ def walk(src: Source, record: str, start: int | None, *, object_pickle: bool = F
     except Incomplete as e:
         w.incomplete = f"offset {m.op_at}: {e}"
     except Truncated:
-        w.failure, w.fail_at = "pickle data was truncated", m.op_at
+        if w.failure is None:   # (else the unpickler raised before: what lenient loaders read on is the walk's too)
+            w.failure, w.fail_at = "pickle data was truncated", m.op_at
     except Fail as e:
-        w.failure, w.fail_at = str(e), m.op_at
+        if w.failure is None:
+            w.failure, w.fail_at = str(e), m.op_at
     m.settle_keys()
+    if w.lenient_from is not None:
+        note = f" (only where {w.lenient_loaders} read on: the unpickler raises before it, at offset {w.fail_at})"
+        w.findings = [replace(fd, why=fd.why + note) if fd.offset >= w.lenient_from else fd for fd in w.findings]
     if w.failure and w.weights_only is None:
         w.weights_only = f"offset {w.fail_at}: {w.failure}"
     return w
@@ -175,7 +182,7 @@ def _string_text(m: Machine) -> None:
         data = codecs.escape_decode(body[1:-1])[0]
     except ValueError as e:
         raise Fail(f"bad STRING escape ({e})") from None
-    m.push(m.decode(data, "utf-8"))
+    m.push(m.py2_str(data))
 
 
 def _counted(size: int, signed: bool, kind: str) -> _Handler:
@@ -409,7 +416,8 @@ def _stack_global(m: Machine) -> None:
 def _frame(m: Machine) -> None:
     n = m.int_arg(8)
     if n > m.src.left():
-        raise Fail("FRAME longer than the data (pickle data was truncated)")
+        m.lenient("FRAME longer than the data (pickle data was truncated)", PURE_PYTHON_LOADERS)
+        n = m.src.left()
     pos = m.src.pos
     if m.buf_end is not None and pos + n <= m.buf_end:
         return                     # already buffered: the unpickler's buffer (and its end) stay as they are
