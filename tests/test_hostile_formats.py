@@ -689,3 +689,31 @@ def test_a_huge_tar_extended_header_is_refused_before_tarfile_parses_it(cli, tmp
     assert time.process_time() - start < 2
     r = json.loads(out)
     assert rc == 1 and r["status"] == "unknown" and "extended header of 262,144 bytes" in r["verdict"], r["verdict"]
+
+
+def test_a_string_attribute_claiming_gigabytes_is_refused_in_bounded_memory(tmp_path):
+    """A Keras .h5 (the corpus' TF BERT, 115 KB) whose `weight_names` strings claim 2 GiB in the global heap, which
+    h5py does not show: libhdf5 allocates the claim before it finds the bytes missing, so reading the attribute touched
+    4 GB. h5py itself cannot read it in 512 MiB (the oracle: a child process bounded so); ckptstat refuses it in one
+    line, its peak RSS far below the claim (keras_h5.attribute under core/allocations.bounded)."""
+    import subprocess
+    import sys
+
+    b = bytearray(open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "keras-corpus", "hf-tf-bert-mlm",
+                                    "tf_model.h5"), "rb").read())
+    b[7027:7035] = (2**63 - 1).to_bytes(8, "little")
+    b[99329:99333] = (2**31 - 1).to_bytes(4, "little")
+    path = tmp_path / "bomb.h5"
+    path.write_bytes(bytes(b))
+    h5py_alone = ("import resource, h5py, sys; resource.setrlimit(resource.RLIMIT_AS, (512 << 20, -1)); "
+                  "f = h5py.File(sys.argv[1], 'r');\ntry: f['bert'].attrs['weight_names']\n"
+                  "except OSError as e: print(e)")
+    out = subprocess.run([sys.executable, "-c", h5py_alone, str(path)], capture_output=True, text=True).stdout
+    assert "memory allocation failed" in out
+    child = subprocess.Popen([sys.executable, "-m", "ckptstat", "summary", str(path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    err = child.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err and "claims strings of more than" in err
+    assert usage.ru_maxrss < 1 << 20   # KiB: under 1 GiB (4 GB before)

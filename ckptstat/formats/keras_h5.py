@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # numpy loads only when values are read
     from numpy.typing import NDArray
 
 from ..core import Checkpoint, TensorInfo, dtypes, urls
+from ..core.allocations import bounded
 from ..core.files import external_allowed, file_size, open_regular, refuse_external, regular
 from ..core.limits import limits
 from ..core.tensor import read_flat_file
@@ -57,13 +58,29 @@ def _strings(values: Any) -> list[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr.tolist()]
 
 
+ATTRIBUTE_MEMORY = 256 << 20   # what reading one string attribute may allocate beyond the file's size
+
+
 def attribute(obj: Any, name: str) -> list[str]:
-    """A string (list) attribute, its size checked before it is read (limits().h5_attribute_items)."""
+    """A string (list) attribute, its size checked before it is read (limits().h5_attribute_items), and read with what
+    it may allocate bounded: libhdf5 allocates what a damaged file's strings claim (a 115 KB file made it touch 4 GB)
+    before it finds the data missing."""
     shape = obj.attrs.get_id(name).shape or ()
     if math.prod(shape) > limits().h5_attribute_items:
         raise CorruptCheckpointError(obj.file.filename, f"attribute {name!r} of {obj.name!r} holds {math.prod(shape):,} "
                                                         f"items, more than the {limits().h5_attribute_items:,} ckptstat reads")
-    return _strings(obj.attrs[name])
+    size = obj.file.id.get_filesize()
+    # a variable-length string's length lives in the file's global heap, which h5py does not show: libhdf5 allocates
+    # what it claims, so the read runs with the process's growth bounded (a claim past it fails as an error)
+    try:
+        with bounded(ATTRIBUTE_MEMORY + size):
+            value = obj.attrs[name]
+    except OSError as e:
+        if "memory allocation failed" not in str(e):
+            raise
+        raise CorruptCheckpointError(obj.file.filename, f"attribute {name!r} of {obj.name!r} claims strings of more than "
+                                                        f"{(ATTRIBUTE_MEMORY + size) >> 20:,} MiB") from None
+    return _strings(value)
 
 
 def load_attribute(group: Any, name: str) -> list[str] | None:
