@@ -40,8 +40,8 @@ FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyua
             "ltx-video-2b-0.9": "ltx_video", "controlnet-sd15": "controlnet", "controlnet-sd21": "controlnet",
             "mochi-1-preview": "mochi", "ltx-2-19b": "ltx2", "ltx-2.3-22b": "ltx2", "flux-3-image": "flux3",
             "flux-3-image-distilled": "flux3", "krea2": "krea2", "minimax-h3": "minimax_h3", "auraflow": "auraflow",
-            "sana": "sana", "hidream": "hidream", **{f"stable_cascade_stage_{s}": "stable_cascade"
-                                                     for s in ("b", "b_lite", "c", "c_lite")},
+            "sana": "sana", "hidream": "hidream", "xlabs-flux-controlnet": "controlnet",
+            **{f"stable_cascade_stage_{s}": "stable_cascade" for s in ("b", "b_lite", "c", "c_lite")},
             **{f"cosmos-2.0-{t}-{b}": "cosmos" for t in ("t2i", "v2w") for b in ("2B", "14B")}}
 UNET = "model.diffusion_model."
 
@@ -85,6 +85,8 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
         assert kind == "v1" and one["model_type"] is None
     elif label.startswith("hunyuanvideo-1.5"):   # diffusers' rules take it for HunyuanVideo's, whose config does not fit
         assert kind == "hunyuan-video" and one["model_type"] is None
+    elif label == "xlabs-flux-controlnet":   # and XLabs' ControlNet for FLUX.1-dev's transformer
+        assert kind == "flux-dev" and one["model_type"] is None
     elif label == "wan2.2-s2v-14B":   # and Wan's speech-to-video model for its text-to-video 14B
         assert kind == "wan-t2v-14B" and one["model_type"] is None
     elif label.startswith("ltx-2"):   # (see test_ltx2_is_what_diffusers_ltx2_models_load)
@@ -147,6 +149,8 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
         assert what == f"a Mochi transformer ({c['depth']} asymmetric blocks)"
     elif label.startswith("controlnet"):
         assert what == f"a ControlNet (text width {c['context_dim']})"
+    elif label == "xlabs-flux-controlnet":   # (ControlNetFlux's default depth, as load_controlnet builds it)
+        assert what == "a FLUX.1 ControlNet (XLabs', 2 double-stream blocks)"
     elif label.startswith("flux-3"):
         assert what == (f"a FLUX.3 transformer ({c['num_layers']} mode and {c['num_single_layers']} single-stream "
                         f"blocks, width {c['num_attention_heads'] * c['attention_head_dim']}"

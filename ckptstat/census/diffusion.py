@@ -60,6 +60,9 @@ CONTROLNET_XL_MID = "down_blocks.1.attentions.0.norm.weight"
 # InstantX's and Shakker-Labs' unions), SD 3's (`pos_embed_input`), which diffusers' single-file rules do not type; and
 # Z-Image's (alibaba-pai's Fun ControlNets, diffusers' keys: 2.x's fifteenth control layer, 1.0's patch embedding)
 DIT_CONTROLNETS = ("controlnet_x_embedder.weight", "pos_embed_input.proj.weight")
+# XLabs' FLUX.1 ControlNets in their own names (x-flux's ControlNetFlux: FLUX.1's double-stream blocks, which
+# diffusers' rules take for FLUX.1's transformer, and its hint encoder)
+XLABS_CONTROLNET = "input_hint_block.0.weight"
 Z_CONTROLNET_2 = "control_layers.14.adaLN_modulation.0.weight"
 Z_CONTROLNET = "control_all_x_embedder.2-1.weight"
 Z_CONTROLNET_REFINER = "control_noise_refiner.0.before_proj.weight"   # (2.0 holds it zero, 2.1 trained: by its values)
@@ -239,7 +242,8 @@ def _controlnet(names: Mapping[str, object], shape: Callable[[str], tuple[int, .
 
 
 def _dit_controlnet(names: Mapping[str, object]) -> Layout | None:
-    """A transformer's ControlNet alone (DIT_CONTROLNETS, Z-Image's): its blocks; Z-Image's type by diffusers' rules."""
+    """A transformer's ControlNet alone (DIT_CONTROLNETS, XLabs', Z-Image's): its blocks; Z-Image's type by diffusers'
+    rules."""
     def blocks(prefix: str) -> int:
         return len({n[len(prefix):].partition(".")[0] for n in names if n.startswith(prefix)})
     if any(k in names for k in DIT_CONTROLNETS):
@@ -253,6 +257,9 @@ def _dit_controlnet(names: Mapping[str, object]) -> Layout | None:
         what = f"a {title} ControlNet ({stack}" + (", control modes)" if "controlnet_mode_embedder.weight" in names else ")")
         # SD 3's PatchEmbed positions: a buffer, as SD3Transformer2DModel's (see _sd3)
         return Layout("controlnet", what, None, "", (), "controlnet", tuple(k for k in ("pos_embed.pos_embed",) if k in names))
+    if XLABS_CONTROLNET in names and KEYS["flux"] in names:
+        return Layout("controlnet", f"a FLUX.1 ControlNet (XLabs', {blocks('double_blocks.')} double-stream blocks)", None,
+                      "", (), "controlnet")
     if Z_CONTROLNET_2 in names:
         kind = None if Z_CONTROLNET_REFINER in names else "z-image-turbo-controlnet-2.0"
     elif Z_CONTROLNET in names:
@@ -366,5 +373,5 @@ def _openclip(prefix: str, rest: str, part: str) -> str:
 # A name every layout here holds (each one's first test): census/counts.py tells a checkpoint with none of them in one
 # pass over its names, before any look-up (a look-up scans a big header's names: core/tensor_table.py)
 GATES = frozenset((*(w + UNET + "input_blocks.0.0.weight" for w in WRAPPERS), *CONTROLNET, VAE_KEYS[0], UNET_KEYS[0], ANIMATEDIFF,
-                   *DIT_CONTROLNETS, Z_CONTROLNET_2, Z_CONTROLNET, CASCADE_C, CASCADE_B,
+                   *DIT_CONTROLNETS, XLABS_CONTROLNET, Z_CONTROLNET_2, Z_CONTROLNET, CASCADE_C, CASCADE_B,
                    *(p + KEYS[k] for p in ("", UNET) for k in ("sd3", "sd35_large", "flux"))))
