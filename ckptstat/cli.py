@@ -268,12 +268,24 @@ def _global_options(args: list[str]) -> tuple[list[str], Switches, dict[str, int
 def main(argv: list[str] | None = None) -> int:
     from .core import limits, switches
 
+    if argv is None:   # the command itself (not an in-process caller): SIGTERM ends it as Ctrl-C does
+        _terminate_cleanly()
     old_limits, old_switches = limits.limits(), switches.switches()
     try:
         return _main(argv)
     finally:   # in-process callers (tests, notebooks) get theirs back
         limits.reset(old_limits)
         switches.set_switches(old_switches)
+
+
+def _terminate_cleanly() -> None:
+    """SIGTERM (`timeout`, a job manager) raises SystemExit, so `finally` blocks run as on Ctrl-C: the temporary
+    folders scan extracts an archive's members into are removed, not left holding them."""
+    import signal
+
+    def ended(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, ended)
 
 
 def _main(argv: list[str] | None) -> int:

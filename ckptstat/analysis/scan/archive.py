@@ -61,6 +61,10 @@ from .torch_load import Trace, report
 from .verdict import RANK, raises
 
 LOADER = "extracting it (tar / unzip) and loading what it holds"
+# The records torch.save and torch.jit.save write under an archive's folder (serialization.py; TorchScript's `code/`,
+# `constants.pkl`, `extra/`), the storages' under `data/`
+TORCH_RECORDS = frozenset(("data.pkl", "byteorder", "version", ".data", ".format_version", ".storage_alignment",
+                           "constants.pkl", "code", "extra", "data", "serialization_id", "attributes.pkl"))
 MAX_NESTING = 2                 # an archive inside an archive inside an archive: unknown
 MAX_MEMBERS = MAX_TAR_MEMBERS   # members listed
 MAX_EXTRACTED = 10_000          # members written and judged
@@ -106,6 +110,9 @@ def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str,
                           "as the files of a folder")
     tmp = tempfile.mkdtemp(prefix="ckptstat-scan-")
     depth = _nesting.depth = getattr(_nesting, "depth", 0) + 1
+    if depth == 1:   # what this archive and every one inside it may write in all (an archive of compressed members,
+        bound = limits()   # each inflating to the floor, would otherwise write that floor once a member)
+        _nesting.left = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor)
     try:
         if depth > MAX_NESTING:
             t.format = "an archive"
@@ -145,7 +152,7 @@ class _Out:
         # what may be written in all: spill_bytes, and no more than the archive may inflate to (a zip whose entries
         # all point at one deflated member, each inflating to 64 MiB, would otherwise write spill_bytes of copies)
         bound = limits()
-        self.cap = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor)
+        self.cap = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor, _nesting.left)
         self.files: list[tuple[str, str, str]] = []   # (the member's name as shown, the file written, its folder)
         self.written: dict[str, str] = {}              # member path -> the file written
         self.deferred: dict[str, _Deferred] = {}       # a member not worth judging (yet) -> how to write it
@@ -153,13 +160,14 @@ class _Out:
         self.bytes = 0
         self.full = False
         self.nemo = False   # a member is NeMo's model_config.yaml
+        self.climbing = False   # (a zip's: see member)
 
     def target(self, name: str, size: int) -> str | None:
         """Where member `name` of `size` bytes goes, or None when it is not written (said in the trace)."""
         norm = _norm(name)
         if norm is None or self.full:
             return None
-        if len(self.files) >= MAX_EXTRACTED or size > self.cap - self.bytes:
+        if len(self.files) >= MAX_EXTRACTED or size > min(self.cap - self.bytes, _nesting.left) or _nesting.left <= 0:
             self.full = True
             why = (f"more than {MAX_EXTRACTED:,} members to extract" if len(self.files) >= MAX_EXTRACTED else
                    f"{name[:120]!r}: {size:,} bytes, past the {self.cap:,} scan writes out of this archive "
@@ -181,12 +189,18 @@ class _Out:
         self.files.append((norm if k == 0 else f"{norm} (#{k + 1} of that name)", dest, root + os.sep))
         self.written[norm] = dest
         self.bytes += size
+        _nesting.left -= size
         return dest
 
     def member(self, name: str, size: int, head: bytes, write: Callable[[str], None]) -> None:
         """A regular member whose first bytes are `head`: written now when a loader may read a pickle, config or code
         from it (`worth_judging`); else kept aside, written only when a link of a name worth judging points to it
-        (`resolve_links`)."""
+        (`resolve_links`). A zip member whose name climbs out of the folder is judged under the name Python's
+        zipfile and unzip write it as: its `..` parts dropped (tar's: `extraction` says where each tool writes it)."""
+        if self.climbing and _norm(name) is None and (inside := _unclimbed(name)):
+            self.t.notes.append(f"{name[:120]!r}: a name that climbs out of the folder, which unzip and zipfile's "
+                                f"extractall write as {inside[:120]!r}: judged so")
+            name = inside
         norm = _norm(name)
         if norm is None:
             return
@@ -263,6 +277,12 @@ def _norm(name: str) -> str | None:
     """A member's path as extraction writes it inside the folder (None: outside it, or the folder itself)."""
     norm = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
     return None if norm in ("", ".", "..") or norm.startswith("../") else norm
+
+
+def _unclimbed(name: str) -> str:
+    """A zip member's name as Python's zipfile writes it (`_extract_member`) and unzip does: without its empty, `.` and
+    `..` parts."""
+    return "/".join(p for p in name.replace("\\", "/").split("/") if p not in ("", ".", ".."))
 
 
 def _taken(root: str, norm: str) -> bool:
@@ -343,6 +363,7 @@ def _stream(t: Trace, path: str, view: IO[bytes], size: int, compressed: str, tm
 
     def write(dest: str) -> None:
         _copy(_at(view, 0), dest, cap + 1)
+        _nesting.left -= min(os.path.getsize(dest), cap)
         if os.path.getsize(dest) > cap:   # (judged no further)
             os.unlink(dest)
             out.files = [f for f in out.files if f[1] != dest]
@@ -368,6 +389,7 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
         return None
     t.format = "zip archive"
     out = _Out(t, tmp, size)
+    out.climbing = True
     bound = limits()
     for i in infos[:MAX_MEMBERS]:
         if i.is_dir():
@@ -408,10 +430,14 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
 
 
 def _torch_shaped(names: list[str]) -> bool:
-    """A zip torch.save wrote (every name under one folder that holds data.pkl: a torch archive, or one item of a DCP
-    `.distcp` file): torch's reader judges it, nobody extracts it."""
+    """A zip torch.save wrote (every name under one folder that holds data.pkl, and nothing there but torch's own
+    records: a torch archive, or one item of a DCP `.distcp` file): torch's reader judges it, nobody extracts it. A
+    member of another name beside them (`archive/model.pt`) is one a user extracting the zip gets: judged as an
+    archive's too."""
     top = {n.split("/", 1)[0] for n in names}
-    return len(top) == 1 and f"{next(iter(top))}/data.pkl" in names
+    if len(top) != 1 or f"{next(iter(top))}/data.pkl" not in names:
+        return False
+    return all(n.split("/", 1)[1].split("/", 1)[0] in TORCH_RECORDS for n in names if "/" in n)
 
 
 def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
