@@ -254,7 +254,13 @@ def _global(m: Machine) -> None:
 
 
 def _inst(m: Machine) -> None:
-    mark = m.marker()         # the C unpickler looks for the MARK before it reads the names
+    if not m.marks:   # the C unpickler looks for the MARK before it reads the names; Python's own imports the class first
+        names = _names(m, "INST")
+        m.lenient("could not find MARK", PURE_PYTHON_LOADERS)
+        if names is not None:
+            m.find_class(*names, "INST")
+        raise Fail("could not find MARK")
+    mark = m.marker()
     names = _names(m, "INST")
     cls = UNKNOWN if names is None else m.find_class(*names, "INST")
     args = m.pop_to(mark)
