@@ -212,3 +212,49 @@ def test_a_sparse_tensor_is_scattered_once_not_per_chunk(tmp_path, monkeypatch, 
     chunks = list(ckpt.iter_chunks("w", chunk_bytes=4096))
     assert len(chunks) > 50 and len(calls) == 1
     np.testing.assert_array_equal(np.concatenate(chunks), dense)
+
+
+def test_initializers_of_subgraphs_are_the_models(tmp_path):
+    """An If's branches hold initializers of their own (exporters put a branch's weights there), an If inside a branch
+    too: counted with the main graph's, each value as onnx's numpy_helper reads it, the model passing onnx's checker."""
+    import onnx
+
+    rng = np.random.default_rng(0)
+
+    def out(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["a", "b"])
+
+    def branch(name: str, shape: tuple, deeper: onnx.GraphProto | None = None) -> onnx.GraphProto:
+        if deeper is not None:   # an If inside this branch, its branches' weights its own
+            node = helper.make_node("If", ["cond"], [f"{name}_out"], then_branch=deeper, else_branch=deeper)
+            return helper.make_graph([node], name, [], [out(f"{name}_out")])
+        w = numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), f"{name}_w")
+        return helper.make_graph([helper.make_node("Identity", [f"{name}_w"], [f"{name}_out"])], name, [],
+                                 [out(f"{name}_out")], [w])
+    main_w = numpy_helper.from_array(rng.standard_normal((3, 5)).astype(np.float32), "main_w")
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", (4, 4)), else_branch=branch("else", (4, 4))),
+         helper.make_node("If", ["cond"], ["z"], then_branch=branch("outer", (1, 1), branch("inner", (2, 2))),
+                          else_branch=branch("other", (6, 1)))],
+        "g", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])], [out("y"), out("z")], [main_w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    path = tmp_path / "branches.onnx"
+    onnx.save(model, str(path))
+
+    def initializers(g: onnx.GraphProto) -> list:
+        found = [(t.name, numpy_helper.to_array(t)) for t in g.initializer]
+        for node in g.node:
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    found += initializers(sub)
+        return found
+    theirs = initializers(onnx.load(str(path)).graph)   # (the inner If's two branches: one graph, so inner_w twice)
+    assert sorted(n for n, _ in theirs) == ["else_w", "inner_w", "inner_w", "main_w", "other_w", "then_w"]
+    ckpt = open_checkpoint(str(path))
+    assert sorted(n.split(" (")[0] for n in ckpt.tensors) == sorted(n for n, _ in theirs)
+    # (the second copy named with where it sits: the If of output z's then branch, the If inside it)
+    assert any(n.startswith("inner_w (If 'z' then_branch/If 'outer_out' ") for n in ckpt.tensors)
+    for name, value in theirs:
+        assert any(np.array_equal(ckpt.read(n), value) for n in ckpt.tensors if n.split(" (")[0] == name)
+    assert summarize(ckpt)["parameters"]["unique"] == sum(v.size for _, v in theirs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
@@ -39,8 +40,8 @@ ONNX_TYPES = {
 # Field numbers (onnx.proto).
 M_GRAPH, M_OPSET = 7, 8                                      # ModelProto.graph, opset_import
 G_NODE, G_INITIALIZER, G_SPARSE = 1, 5, 15                    # GraphProto
-N_OUTPUT, N_OP_TYPE, N_ATTRIBUTE = 2, 4, 5                    # NodeProto
-A_NAME, A_T, A_SPARSE = 1, 5, 22                              # AttributeProto
+N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE = 2, 3, 4, 5         # NodeProto
+A_NAME, A_T, A_G, A_GRAPHS, A_SPARSE = 1, 5, 6, 11, 22        # AttributeProto
 T_DIMS, T_TYPE, T_NAME, T_RAW, T_EXTERNAL, T_LOCATION = 1, 2, 8, 9, 13, 14   # TensorProto
 S_VALUES, S_INDICES, S_DIMS = 1, 2, 3                         # SparseTensorProto
 # Typed value fields: field -> (encoding, bytes per element when fixed).
@@ -48,6 +49,7 @@ T_FIELDS = {4: ("fixed", 4), 5: ("varint", 0), 6: ("strings", 0), 7: ("varint", 
 _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}   # ModelProto: field -> wire type
 MAX_SMALL = 1 << 20      # a name, a dims list, an external_data entry: read into memory only below this
 MAX_DEPTH = 8            # graphs nest no deeper than model / graph / node / attribute / tensor here
+MAX_SUBGRAPHS = 64       # If / Loop / Scan bodies nested in one another (exporters' deepest: a few)
 BLOCK = 1 << 16
 
 
@@ -285,7 +287,11 @@ class _Model:
         self.constants = 0
         self.sparse = 0
 
-    def add(self, info: TensorInfo) -> None:
+    def add(self, info: TensorInfo, scope: str = "") -> None:
+        """A tensor of the model; in a subgraph (`scope`: where it sits), one whose name a sibling branch's holds too
+        (each branch its own scope, which onnx's checker allows) is named with its scope."""
+        if info.name in self.tensors and scope:
+            info = replace(info, name=f"{info.name} ({scope})")
         if info.name in self.tensors:
             raise CorruptCheckpointError(self.path, f"two tensors are named {info.name!r}")
         self.tensors[info.name] = info
@@ -297,7 +303,7 @@ class _Model:
                 raise CorruptCheckpointError(self.path, f"ModelProto field {num} has wire type {wire}")
             if num == M_GRAPH:
                 graphs += 1
-                self.graph(pos, pos + size)
+                self.graph(pos, pos + size, "")
             opsets += num == M_OPSET
         # onnx's checker requires both (onnx/checker.cc check_model); a file cut short between two
         # top-level fields is still a well-formed protobuf, and this is what tells it apart
@@ -306,29 +312,45 @@ class _Model:
         if not opsets:
             raise CorruptCheckpointError(self.path, "the model has no opset_import: not a whole ModelProto")
 
-    def graph(self, start: int, end: int) -> None:
+    def graph(self, start: int, end: int, scope: str) -> None:
+        """A graph's initializers and Constants, and those of the subgraphs its nodes hold (an If's branches, a Loop's
+        or Scan's body; `scope`: the nodes and attributes a subgraph sits under, "" for the main graph)."""
+        if scope.count("/") >= MAX_SUBGRAPHS:
+            raise CorruptCheckpointError(self.path, f"subgraphs nest more than {MAX_SUBGRAPHS} deep")
         for num, wire, pos, size in self.io.fields(start, end):
             if wire != 2:
                 continue
             if num == G_INITIALIZER:
-                self.add(self.tensor(pos, pos + size, "initializer"))
+                self.add(self.tensor(pos, pos + size, "initializer"), scope)
             elif num == G_SPARSE:
-                self.add(self.sparse_tensor(pos, pos + size, None))
+                self.add(self.sparse_tensor(pos, pos + size, None), scope)
             elif num == G_NODE:
-                self.node(pos, pos + size)
+                self.node(pos, pos + size, scope)
 
-    def node(self, start: int, end: int) -> None:
-        op, outputs, attrs = "", [], []
+    def node(self, start: int, end: int, scope: str) -> None:
+        op, node_name, outputs, attrs = "", "", [], []
         for num, wire, pos, size in self.io.fields(start, end):
             if wire != 2:
                 continue
             if num == N_OP_TYPE:
                 op = self.io.text(pos, size, "op_type")
+            elif num == N_NAME:
+                node_name = self.io.text(pos, size, "node name")
             elif num == N_OUTPUT:
                 outputs.append(self.io.text(pos, size, "node output"))
             elif num == N_ATTRIBUTE:
                 attrs.append((pos, size))
-        if op != "Constant" or not outputs:   # Constant's outputs hold its value; other nodes compute
+        if op != "Constant":   # Constant's outputs hold its value; other nodes compute, some over subgraphs
+            for pos, size in attrs:
+                fields = list(self.io.fields(pos, pos + size))
+                attr = next((self.io.text(p, n, "attribute name") for num, w, p, n in fields if num == A_NAME and w == 2),
+                            "")
+                for k, (num, _, p, n) in enumerate(f for f in fields if f[0] in (A_G, A_GRAPHS) and f[1] == 2):
+                    where = (f"{op} {node_name or (outputs[0] if outputs else '?')!r} {attr}"
+                             + (f" {k}" if num == A_GRAPHS else ""))
+                    self.graph(p, p + n, f"{scope}/{where}" if scope else where)
+            return
+        if not outputs:
             return
         for pos, size in attrs:
             name, t, sparse = "", None, None
@@ -341,10 +363,10 @@ class _Model:
                     sparse = (p, n)
             if name == "value" and t is not None:
                 self.constants += 1
-                self.add(self.tensor(t[0], t[0] + t[1], "Constant", outputs[0]))
+                self.add(self.tensor(t[0], t[0] + t[1], "Constant", outputs[0]), scope)
             elif name == "sparse_value" and sparse is not None:
                 self.constants += 1
-                self.add(self.sparse_tensor(sparse[0], sparse[0] + sparse[1], outputs[0]))
+                self.add(self.sparse_tensor(sparse[0], sparse[0] + sparse[1], outputs[0]), scope)
 
     def sparse_tensor(self, start: int, end: int, name: str | None) -> TensorInfo:
         values = indices = None
