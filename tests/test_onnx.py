@@ -258,3 +258,29 @@ def test_initializers_of_subgraphs_are_the_models(tmp_path):
     for name, value in theirs:
         assert any(np.array_equal(ckpt.read(n), value) for n in ckpt.tensors if n.split(" (")[0] == name)
     assert summarize(ckpt)["parameters"]["unique"] == sum(v.size for _, v in theirs)
+
+
+def test_subgraphs_nested_past_the_bound_are_refused(tmp_path, cli):
+    """A ModelProto written byte by byte (onnx's protobuf stops at about 30 levels of If) whose Ifs nest 200 deep:
+    one line, no traceback; 60 levels still read."""
+    def field(num: int, payload: bytes) -> bytes:   # a length-delimited protobuf field
+        out, n = bytearray([num << 3 | 2]), len(payload)
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        return bytes(out) + bytes([n]) + payload
+
+    def nested(depth: int) -> bytes:
+        graph = b""
+        for _ in range(depth):   # GraphProto.node(1) = NodeProto{op_type(4) "If", attribute(5) = {name(1), g(6)}}
+            attr = field(1, b"then_branch") + field(6, graph)
+            graph = field(1, field(4, b"If") + field(5, attr))
+        opset = field(8, b"\x10\x11")   # ModelProto.opset_import { version: 17 }
+        return field(7, graph) + opset
+    for depth, ok in ((60, True), (200, False)):
+        path = tmp_path / f"deep{depth}.onnx"
+        path.write_bytes(nested(depth))
+        rc, _, err = cli("summary", str(path))
+        assert (rc == 0) == ok and "Traceback" not in err
+        if not ok:
+            assert err.count("\n") == 1 and "subgraphs nest more than 64 deep" in err
