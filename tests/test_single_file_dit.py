@@ -42,7 +42,8 @@ FAMILIES = {"wan2.1-vae": "vae", "wan2.2-vae": "vae", "flux2-ae": "vae", "hunyua
             "flux-3-image-distilled": "flux3", "krea2": "krea2", "minimax-h3": "minimax_h3", "auraflow": "auraflow",
             "sana": "sana", "hidream": "hidream", "xlabs-flux-controlnet": "controlnet",
             **{f"stable_cascade_stage_{s}": "stable_cascade" for s in ("b", "b_lite", "c", "c_lite")},
-            **{f"cosmos-2.0-{t}-{b}": "cosmos" for t in ("t2i", "v2w") for b in ("2B", "14B")}}
+            **{f"cosmos-2.0-{t}-{b}": "cosmos" for t in ("t2i", "v2w") for b in ("2B", "14B")},
+            "cosmos-2.5-predict-2B": "cosmos", "cosmos-2.5-predict-14B": "cosmos"}
 UNET = "model.diffusion_model."
 
 
@@ -85,6 +86,8 @@ def test_a_released_model_is_what_its_authors_wrote(tmp_path, label):
         assert kind == "v1" and one["model_type"] is None
     elif label.startswith("hunyuanvideo-1.5"):   # diffusers' rules take it for HunyuanVideo's, whose config does not fit
         assert kind == "hunyuan-video" and one["model_type"] is None
+    elif label.startswith("cosmos-2.5"):   # and Cosmos 2.5 for 2.0's video-to-world model
+        assert kind == f"cosmos-2.0-v2w-{label.rsplit('-', 1)[1]}" and one["model_type"] is None
     elif label == "xlabs-flux-controlnet":   # and XLabs' ControlNet for FLUX.1-dev's transformer
         assert kind == "flux-dev" and one["model_type"] is None
     elif label == "wan2.2-s2v-14B":   # and Wan's speech-to-video model for its text-to-video 14B
@@ -165,6 +168,9 @@ def test_what_the_file_holds_is_said_from_its_shapes(tmp_path, label):
     elif label == "sana":
         width = c["num_attention_heads"] * c["attention_head_dim"]
         assert what == f"a Sana transformer ({c['num_layers']} blocks, width {width})"
+    elif label.startswith("cosmos-2.5"):
+        assert what == (f"a Cosmos Predict2.5 transformer ({c['num_layers']} blocks, width "
+                        f"{c['num_attention_heads'] * c['attention_head_dim']})")
     elif label.startswith("cosmos-2.0"):
         task = "text-to-image" if "t2i" in label else "video-to-world"
         assert what == (f"a Cosmos Predict2 transformer ({c['num_layers']} blocks, width "

@@ -12,8 +12,8 @@ releases, ComfyUI's repackaged copies and model sites distribute them, and as di
 - AuraFlow (fal's: `double_layers`, `single_layers`, `cond_seq_linear`; Pony V7's too) and Sana (NVlabs': PixArt's
   `blocks.N.cross_attn.kv_linear`, its fixed `pos_embed` and null caption `y_embedder.y_embedding` buffers);
 - HiDream-I1 (released in diffusers' own names: `double_stream_blocks.N.block`, its image MLP's routed experts);
-- Cosmos 2.0 (NVIDIA's Predict2, `MiniTrainDIT` under `net.`: `blocks.N.self_attn.q_proj`; its rotary tables and
-  training counters are buffers);
+- Cosmos 2.0 and 2.5 (NVIDIA's Predict2 and Predict2.5, `MiniTrainDIT` under `net.`: `blocks.N.self_attn.q_proj`, 2.5's
+  `crossattn_proj`; their rotary tables and training counters are buffers);
 - FLUX.3 (Black Forest Labs': per-mode streams, `early_stream_modulations`, `content_mode_blocks`, `single_blocks`; its
   step-distilled release's second timestep embedder, `ref_time_in`), Krea 2 (`txtfusion`, `blocks.N.mod.lin`) and
   MiniMax H3 (audio and video: `token_refiner.blocks.N.attn.qkv_proj`, `blocks`), in the names their released files
@@ -55,6 +55,7 @@ SANA = "blocks.0.cross_attn.q_linear.weight"   # (diffusers: bare names only)
 SANA_BUFFERS = ("pos_embed", "y_embedder.y_embedding")   # Sana's (PixArt's) register_buffer, which diffusers drops
 HIDREAM = "double_stream_blocks.0.block.adaLN_modulation.1.bias"   # (diffusers: bare names only)
 COSMOS2 = "net.blocks.0.self_attn.q_proj.weight"   # (diffusers: all of COSMOS2 and ALSO's)
+COSMOS25 = "net.crossattn_proj.0.weight"   # Cosmos 2.5's projection of its Qwen2.5-VL text features
 # MiniTrainDIT's buffers, which diffusers' converter drops: the rotary tables, the training counters, TE's extra state
 COSMOS2_BUFFERS = ("net.pos_embedder.", "net.accum_")
 HUNYUAN_VIDEO = "txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.bias"   # (diffusers: bare names only)
@@ -225,8 +226,13 @@ def _auraflow(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[st
 
 
 def _cosmos2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
-    """Cosmos 2.0: diffusers' type by its patch embedding (68 inputs: text-to-image, 72: video-to-world; 2048 wide: 2B)."""
+    """Cosmos 2.0: diffusers' type by its patch embedding (68 inputs: text-to-image, 72: video-to-world; 2048 wide: 2B).
+    Cosmos 2.5 (its text features' projection, `crossattn_proj`): no type (diffusers' rules give it 2.0's, whose
+    configuration has no projection)."""
     width = axis_size(shape, inner + "net.x_embedder.proj.1.weight", 0)
+    if inner + COSMOS25 in names:
+        return (f"a Cosmos Predict2.5 transformer ({_blocks(names, inner + 'net.blocks.')} blocks"
+                + (f", width {width})" if width else ")"), None)
     task = {68: "t2i", 72: "v2w"}.get(axis_size(shape, inner + "net.x_embedder.proj.1.weight", 1) or 0)
     said = (f"{_blocks(names, inner + 'net.blocks.')} blocks", f"width {width}" if width else "",
             {"t2i": "text-to-image", "v2w": "video-to-world"}.get(task or "", ""))
