@@ -21,7 +21,7 @@ from typing import Any
 from ...core.files import followed, open_regular, walk
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
-from .archive import also_archive, judge_archive, worse
+from .archive import also_archive, foreign_members, judge_archive, worse
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
 from .names import EXTENSIONS, pickle_named
 from .torch_load import Trace, finish, trace
@@ -241,7 +241,7 @@ def scan_local(path: str) -> dict[str, Any]:
         if archive is None:
             raise
         return archive
-    return worse(training_args_note(path, r), _archive(path) if also_archive(r) else None)
+    return worse(training_args_note(path, r), _archive(path) if also_archive(r) or foreign_members(path) else None)
 
 
 def _archive(path: str) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ import lzma
 import os
 import pickletools
 import posixpath
+import re
 import shutil
 import stat
 import struct
@@ -61,10 +62,11 @@ from .torch_load import Trace, report
 from .verdict import RANK, raises
 
 LOADER = "extracting it (tar / unzip) and loading what it holds"
-# The records torch.save and torch.jit.save write under an archive's folder (serialization.py; TorchScript's `code/`,
-# `constants.pkl`, `extra/`), the storages' under `data/`
-TORCH_RECORDS = frozenset(("data.pkl", "byteorder", "version", ".data", ".format_version", ".storage_alignment",
-                           "constants.pkl", "code", "extra", "data", "serialization_id", "attributes.pkl"))
+# The records torch.save and torch.jit.save write under an archive's folder (serialization.py; TorchScript's source and
+# debug records under `code/`, its `constants.pkl`, `extra/`), the storages' `data/N`
+TORCH_RECORD = re.compile(r"data\.pkl|byteorder|version|\.format_version|\.storage_alignment|\.data/version|"
+                          r"\.data/serialization_id|data/\d+|constants\.pkl|attributes\.pkl|extra/[^/]+|"
+                          r"code/(?:[^/]+/)*[^/]+\.(?:py|debug_pkl)")
 MAX_NESTING = 2                 # an archive inside an archive inside an archive: unknown
 MAX_MEMBERS = MAX_TAR_MEMBERS   # members listed
 MAX_EXTRACTED = 10_000          # members written and judged
@@ -161,6 +163,7 @@ class _Out:
         self.full = False
         self.nemo = False   # a member is NeMo's model_config.yaml
         self.climbing = False   # (a zip's: see member)
+        self.next_free: dict[str, int] = {}   # a name -> the first of the numbered folders that may not hold it yet
 
     def target(self, name: str, size: int) -> str | None:
         """Where member `name` of `size` bytes goes, or None when it is not written (said in the trace)."""
@@ -176,9 +179,10 @@ class _Out:
             return None
         if "\0" in norm:
             return None
-        k = 0   # a member whose name an earlier one holds goes to a folder of its own: each is judged (tar and unzip
-        while _taken(os.path.join(self.tmp, str(k)), norm):   # keep the last, `tar --keep-old-files` the first)
-            k += 1
+        k = self.next_free.get(norm, 0)   # a member whose name an earlier one holds goes to a folder of its own: each
+        while _taken(os.path.join(self.tmp, str(k)), norm):   # is judged (tar and unzip keep the last, `tar
+            k += 1                                            # --keep-old-files` the first); looked for from the last
+        self.next_free[norm] = k + 1                          # one's (10,000 of one name were quadratic)
         root = os.path.join(self.tmp, str(k))
         dest = os.path.join(root, *norm.split("/"))
         try:
@@ -429,6 +433,18 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
     return out
 
 
+def foreign_members(path: str) -> bool:
+    """A zip torch's reader reads (one folder holding data.pkl) that holds members besides torch's own records: users
+    extracting it get those (`archive/data/evil.pt`), which torch.load never reads; judged as an archive's too."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except ZIP_ERRORS:
+        return False
+    top = {n.split("/", 1)[0] for n in names}
+    return len(top) == 1 and f"{next(iter(top))}/data.pkl" in names and not _torch_shaped(names)
+
+
 def _torch_shaped(names: list[str]) -> bool:
     """A zip torch.save wrote (every name under one folder that holds data.pkl, and nothing there but torch's own
     records: a torch archive, or one item of a DCP `.distcp` file): torch's reader judges it, nobody extracts it. A
@@ -437,7 +453,7 @@ def _torch_shaped(names: list[str]) -> bool:
     top = {n.split("/", 1)[0] for n in names}
     if len(top) != 1 or f"{next(iter(top))}/data.pkl" not in names:
         return False
-    return all(n.split("/", 1)[1].split("/", 1)[0] in TORCH_RECORDS for n in names if "/" in n)
+    return all("/" in n and ".." not in n.split("/") and TORCH_RECORD.fullmatch(n.split("/", 1)[1]) for n in names)
 
 
 def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:

@@ -150,11 +150,9 @@ class Builds(Protocol):
 # it with PYTHONINTMAXSTRDIGITS, which the walk does not know: past it the walk stops as the default unpickler does)
 MAX_INT_DIGITS = sys.int_info.default_max_str_digits
 # The loaders that go on where torch.load stops: Python 2 strings read as latin-1; Python's own pure-Python unpickler
-# (joblib's NumpyUnpickler subclasses it), which reads a FRAME longer than the data short and imports an INST's class
-# with no MARK before it raises
+# (joblib's NumpyUnpickler subclasses it), which reads a FRAME longer than the data short
 LATIN1_LOADERS = "pickle.load(encoding='latin1'), np.load(encoding='latin1'), pandas.read_pickle"
-PURE_PYTHON_LOADERS = ("pickle._Unpickler and joblib.load (Python's pure-Python unpickler reads a short FRAME as it is, "
-                       "and imports an INST's class before it looks for the MARK)")
+PURE_PYTHON_LOADERS = "pickle._Unpickler and joblib.load (Python's pure-Python unpickler reads a short FRAME as it is)"
 
 
 def text_int(line: bytes, long: bool) -> object:

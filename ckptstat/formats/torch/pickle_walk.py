@@ -254,14 +254,7 @@ def _global(m: Machine) -> None:
 
 
 def _inst(m: Machine) -> None:
-    if not m.marks:   # the C unpickler looks for the MARK before it reads the names; Python's own imports the class
-        (module, long1), (name, long2) = m.readline(), m.readline()   # first, where import can find the module (a
-        text = module[:-1].decode("utf-8", "replace")                 # text file's first line, `import os`, is none)
-        if not (long1 or long2) and len(name) > 1 and all(p.isidentifier() for p in text.split(".")):
-            m.lenient("could not find MARK", PURE_PYTHON_LOADERS)
-            m.find_class(text, name[:-1].decode("utf-8", "replace"), "INST")
-        raise Fail("could not find MARK")
-    mark = m.marker()
+    mark = m.marker()         # the C unpickler looks for the MARK before it reads the names
     names = _names(m, "INST")
     cls = UNKNOWN if names is None else m.find_class(*names, "INST")
     args = m.pop_to(mark)
