@@ -106,6 +106,21 @@ def sparse_safetensors(path, tensors: dict, prefix: str = "") -> None:
         f.truncate(8 + len(raw) + offset)
 
 
+def ldm_vae(tmp_path):
+    """The 1.x single-file fixture's VAE alone in LDM's names (its state, the file written) and the AutoencoderKL
+    diffusers' `from_single_file` loads from it (with the tiny VAE's config)."""
+    from diffusers import AutoencoderKL
+    from safetensors.torch import load_file, save_file
+
+    state = {k[len("first_stage_model."):]: v for k, v in load_file(fixture("single_file/sd15.safetensors")).items()
+             if k.startswith("first_stage_model.")}
+    path = str(tmp_path / "vae-ft-mse.safetensors")
+    save_file(state, path)
+    config = tmp_path / "vae-config"
+    fixture_script("make_single_file")._vae().save_pretrained(str(config))
+    return state, path, AutoencoderKL.from_single_file(path, config=str(config), local_files_only=True)
+
+
 @pytest.fixture(scope="session")
 def expected_st() -> dict:
     with open(fixture("expected_safetensors.json")) as f:

@@ -59,17 +59,23 @@ def test_a_long_integer_after_the_payload(cli, tmp_path):
     assert "5,000 digits" in r["torch_load"]
 
 
+def _refused_then_run(ran, data: bytes, refused: dict, runs) -> None:
+    """Each loader of `refused` ({loader: what it raises}) raises on `data` before the payload; `runs` runs it."""
+    for load, error in refused.items():
+        with pytest.raises(error):
+            load(data)
+    assert not ran.exists()
+    runs(data)
+    assert ran.exists()
+    ran.unlink()
+
+
 def test_a_python2_string_only_latin1_loaders_read(cli, tmp_path):
     ran = tmp_path / "ran"
     data = b"\x80\x02U\x01\xff0" + _payload(ran) + b"N."
-    with pytest.raises(UnicodeDecodeError):
-        torch.load(io.BytesIO(data), weights_only=False)
-    with pytest.raises(UnicodeDecodeError):
-        pickle.loads(data)   # (the default encoding, ASCII)
-    assert not ran.exists()
-    pickle.loads(data, encoding="latin1")
-    assert ran.exists()
-    ran.unlink()
+    _refused_then_run(ran, data, {lambda d: torch.load(io.BytesIO(d), weights_only=False): UnicodeDecodeError,
+                                  pickle.loads: UnicodeDecodeError},   # (pickle's default encoding, ASCII)
+                      lambda d: pickle.loads(d, encoding="latin1"))
     r = _unsafe_alone_and_in_a_folder(cli, tmp_path, data)
     (finding,) = r["findings"]
     assert "encoding='latin1'" in finding["why"]
@@ -79,14 +85,9 @@ def test_a_frame_longer_than_the_data(cli, tmp_path):
     ran = tmp_path / "ran"
     inner = _payload(ran) + b"N."
     data = b"\x80\x04\x95" + struct.pack("<Q", len(inner) + 1000) + inner
-    with pytest.raises(pickle.UnpicklingError):
-        pickle.loads(data)   # (the C unpickler)
-    with pytest.raises(pickle.UnpicklingError):
-        torch.load(io.BytesIO(data), weights_only=False)
-    assert not ran.exists()
-    pickle._Unpickler(io.BytesIO(data)).load()   # (joblib's NumpyUnpickler is one)
-    assert ran.exists()
-    ran.unlink()
+    _refused_then_run(ran, data, {pickle.loads: pickle.UnpicklingError,   # (the C unpickler)
+                                  lambda d: torch.load(io.BytesIO(d), weights_only=False): pickle.UnpicklingError},
+                      lambda d: pickle._Unpickler(io.BytesIO(d)).load())   # (joblib's NumpyUnpickler is one)
     r = _unsafe_alone_and_in_a_folder(cli, tmp_path, data)
     (finding,) = r["findings"]
     assert "joblib.load" in finding["why"]

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 single_file_utils = pytest.importorskip("diffusers.loaders.single_file_utils")
 
-from conftest import fixture, fixture_script, sparse_safetensors  # noqa: E402
+from conftest import fixture, fixture_script, ldm_vae, sparse_safetensors  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
@@ -476,16 +476,9 @@ def test_a_vae_alone(tmp_path):
     """A VAE in LDM's names alone (as `vae-ft-mse-840000-ema-pruned.safetensors` holds it): the 1.x fixture's VAE, which
     diffusers' conversion script wrote, without its prefix. AutoencoderKL.from_single_file loads it (with the tiny
     VAE's config) into a model of as many parameters as ckptstat counts, and of the latent channels it says."""
-    from diffusers import AutoencoderKL
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
-    state = {k[len("first_stage_model."):]: v for k, v in load_file(fixture("single_file/sd15.safetensors")).items()
-             if k.startswith("first_stage_model.")}
-    path = str(tmp_path / "vae-ft-mse.safetensors")
-    save_file(state, path)
-    config = tmp_path / "vae-config"
-    fixture_script("make_single_file")._vae().save_pretrained(str(config))
-    model = AutoencoderKL.from_single_file(path, config=str(config), local_files_only=True)
+    state, path, model = ldm_vae(tmp_path)
     r = summarize(open_checkpoint(path))
     one = r["single_file"]
     assert r["architecture"]["family"] == "vae" and one["model_type"] is None

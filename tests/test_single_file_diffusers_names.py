@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 single_file_utils = pytest.importorskip("diffusers.loaders.single_file_utils")
 
-from conftest import fixture, fixture_script, sparse_safetensors  # noqa: E402
+from conftest import ldm_vae, sparse_safetensors  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
@@ -30,26 +30,12 @@ def _file(tmp_path, state: dict, name: str = "model.safetensors") -> dict:
     return summarize(open_checkpoint(str(path)))
 
 
-def _vae(tmp_path):
-    """The 1.x fixture's VAE as AutoencoderKL.from_single_file loads it (the real block layout, tiny widths)."""
-    from diffusers import AutoencoderKL
-    from safetensors.torch import load_file, save_file
-
-    state = {k[len("first_stage_model."):]: v for k, v in load_file(fixture("single_file/sd15.safetensors")).items()
-             if k.startswith("first_stage_model.")}
-    path = str(tmp_path / "ldm-vae.safetensors")
-    save_file(state, path)
-    config = tmp_path / "vae-config"
-    fixture_script("make_single_file")._vae().save_pretrained(str(config))
-    return AutoencoderKL.from_single_file(path, config=str(config), local_files_only=True)
-
-
 @pytest.mark.parametrize("legacy", [False, True])
 def test_a_vae_alone_in_diffusers_names(tmp_path, legacy):
     """Its own state dict, and the same under the attention names diffusers used before (query / key / value /
     proj_attn: its loader still reads them, back into the model's names): a VAE, diffusers' AutoencoderKL, its latent
     channels, the model's parameters."""
-    model = _vae(tmp_path)
+    _, _, model = ldm_vae(tmp_path)
     state = model.state_dict()
     if legacy:
         old = {}
@@ -78,25 +64,37 @@ def test_flux2s_vae_in_diffusers_names(tmp_path):
 
 
 # label -> (diffusers class, the release's sizes, what ckptstat says)
+# label -> (diffusers class, the release's sizes)
 CONTROLNETS = {
-    "instantx-flux-union": ("FluxControlNetModel", {"num_layers": 5, "num_single_layers": 10, "num_mode": 10},
-                            "a FLUX.1 ControlNet (5 double- and 10 single-stream blocks, control modes)"),
-    "shakker-flux-union-pro-2": ("FluxControlNetModel", {"num_layers": 6, "num_single_layers": 0},
-                                 "a FLUX.1 ControlNet (6 double- and 0 single-stream blocks)"),
-    "sd3": ("SD3ControlNetModel", {"num_layers": 6}, "a Stable Diffusion 3 ControlNet (6 blocks)"),
-    "qwen-image-union": ("QwenImageControlNetModel", {"num_layers": 5, "extra_condition_channels": 4},
-                         "a Qwen-Image ControlNet (5 blocks)"),
-    "z-image-1.0": ("ZImageControlNetModel", {"control_layers_places": [0, 5, 10, 15, 20, 25], "control_in_dim": 16},
-                    "a Z-Image ControlNet (6 control layers, 2 noise-refiner layers)"),
+    "instantx-flux-union": ("FluxControlNetModel", {"num_layers": 5, "num_single_layers": 10, "num_mode": 10}),
+    "shakker-flux-union-pro-2": ("FluxControlNetModel", {"num_layers": 6, "num_single_layers": 0}),
+    "sd3": ("SD3ControlNetModel", {"num_layers": 6}),
+    "qwen-image-union": ("QwenImageControlNetModel", {"num_layers": 5, "extra_condition_channels": 4}),
+    "z-image-1.0": ("ZImageControlNetModel", {"control_layers_places": [0, 5, 10, 15, 20, 25], "control_in_dim": 16}),
     "z-image-2.x": ("ZImageControlNetModel", {"control_layers_places": list(range(0, 30, 2)), "control_in_dim": 33,
                                                "add_control_noise_refiner": "control_layers",
-                                               "control_refiner_layers_places": [0, 1]},
-                    "a Z-Image ControlNet (15 control layers)"),
+                                               "control_refiner_layers_places": [0, 1]}),
     "z-image-2.x-refiner": ("ZImageControlNetModel", {
         "control_layers_places": list(range(0, 30, 2)), "control_in_dim": 33,
-        "add_control_noise_refiner": "control_noise_refiner", "control_refiner_layers_places": [0, 1]},
-        "a Z-Image ControlNet (15 control layers, 2 noise-refiner layers)"),
+        "add_control_noise_refiner": "control_noise_refiner", "control_refiner_layers_places": [0, 1]}),
 }
+
+
+def _what(model) -> str:
+    """What ckptstat should say of this ControlNet, from the built model's own stacks."""
+    def n(stack: str) -> int:
+        return len(getattr(model, stack, None) or [])
+    name = type(model).__name__
+    if name == "FluxControlNetModel":
+        modes = ", control modes" if getattr(model, "controlnet_mode_embedder", None) is not None else ""
+        return (f"a FLUX.1 ControlNet ({n('transformer_blocks')} double- and {n('single_transformer_blocks')} "
+                f"single-stream blocks{modes})")
+    if name == "ZImageControlNetModel":
+        refiner = n("control_noise_refiner")
+        return (f"a Z-Image ControlNet ({n('control_layers')} control layers"
+                + (f", {refiner} noise-refiner layers)" if refiner else ")"))
+    title = "Stable Diffusion 3" if name == "SD3ControlNetModel" else "Qwen-Image"
+    return f"a {title} ControlNet ({n('transformer_blocks')} blocks)"
 
 
 @pytest.mark.parametrize("label", sorted(CONTROLNETS))
@@ -104,13 +102,13 @@ def test_a_transformers_controlnet_alone(tmp_path, label):
     """A ControlNet of FLUX.1, SD 3, Qwen-Image or Z-Image alone: family controlnet, the model's parameters; its type
     diffusers' (none but Z-Image's: diffusers' rules fall to "v1"; Z-Image's 2.x with a noise refiner is 2.0 or 2.1 by
     its `before_proj` values, which a header does not give: none)."""
-    cls, sizes, what = CONTROLNETS[label]
+    cls, sizes = CONTROLNETS[label]
     with torch.device("meta"):
         model = getattr(diffusers, cls)(**sizes)
     state = model.state_dict()
     r = _file(tmp_path, state)
     one = r["single_file"]
-    assert r["architecture"]["family"] == "controlnet" and one["what"] == what
+    assert r["architecture"]["family"] == "controlnet" and one["what"] == _what(model)
     assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
     assert one["components"][0]["buffers"] == len(dict(model.named_buffers()))
     theirs = single_file_utils.infer_diffusers_model_type(

@@ -117,7 +117,7 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
             what, kind = read(names, shape, inner)
             parts = LTX2_PARTS if key == LTX2 else LTX_PARTS if key == LTX else PARTS
             return Layout(family, what, kind, "", parts, "transformer" if inner == "" else OTHER,
-                          _buffers(names, inner, key in (LTX, LTX2)))
+                          _buffers(key, names, inner))
     if WAN_VAE in names:
         latents = axis_size(shape, "conv2.weight", 0)
         what = "a Wan VAE" + (f" ({latents} latent channels)" if latents else "")
@@ -125,21 +125,22 @@ def layout(names: Mapping[str, object], shape: Shape) -> Layout | None:
     return None
 
 
-def _buffers(names: Mapping[str, object], inner: str, ltx: bool) -> tuple[str, ...]:
-    """What the models register as buffers under names the rules read as parameters: Wan-Animate's motion encoder (LIA's
-    StyleGAN blocks), whose every Blur registers its `kernel`; LTX's VAEs' latent statistics and LTX-2.3's vocoder's
-    filters and bases; Sana's positions and null caption."""
-    if ltx:
-        return tuple(n for n in names if n.startswith(("vae.", "audio_vae.")) and LATENT_STATISTICS in n
-                     or n.startswith("vocoder.") and n.endswith(VOCODER_BUFFERS))
-    if inner + SANA in names:
-        return tuple(inner + n for n in SANA_BUFFERS if inner + n in names)
-    if inner + COSMOS2 in names:
-        return tuple(n for n in names if n.startswith(tuple(inner + p for p in COSMOS2_BUFFERS))
-                     or n.startswith(inner + "net.") and n.endswith("._extra_state"))
-    if inner + WAN_ANIMATE not in names:
-        return ()
-    return tuple(n for n in names if n.startswith(inner + "motion_encoder.") and n.endswith(".kernel"))
+def _buffers(key: str, names: Mapping[str, object], inner: str) -> tuple[str, ...]:
+    """What the model of layout `key` registers as buffers under names the rules read as parameters: Wan-Animate's
+    motion encoder (LIA's StyleGAN blocks), whose every Blur registers its `kernel`; LTX's VAEs' latent statistics and
+    LTX-2.3's vocoder's filters and bases; Sana's positions and null caption; Cosmos' rotary tables, counters and
+    TransformerEngine state."""
+    def buffer(n: str) -> bool:
+        if key in (LTX, LTX2):
+            return (n.startswith(("vae.", "audio_vae.")) and LATENT_STATISTICS in n
+                    or n.startswith("vocoder.") and n.endswith(VOCODER_BUFFERS))
+        if key == SANA:
+            return n in {inner + b for b in SANA_BUFFERS}
+        if key == COSMOS2:
+            return n.startswith(tuple(inner + p for p in COSMOS2_BUFFERS)) or (
+                n.startswith(inner + "net.") and n.endswith("._extra_state"))
+        return key == WAN and n.startswith(inner + "motion_encoder.") and n.endswith(".kernel")
+    return tuple(filter(buffer, names)) if key in (LTX, LTX2, SANA, COSMOS2, WAN) else ()
 
 
 def _ltx2_vaes(names: Mapping[str, object]) -> bool:
@@ -150,6 +151,17 @@ def _ltx2_vaes(names: Mapping[str, object]) -> bool:
 def _blocks(names: Mapping[str, object], prefix: str) -> int:
     found = re.compile(re.escape(prefix) + r"(\d+)\.")
     return len({m.group(1) for m in map(found.match, names) if m})
+
+
+def _said(title: str, *parts: str, article: str = "a") -> str:
+    """What a file holds, in words: `a {title} transformer (parts)`, the empty parts left out."""
+    return f"{article} {title} transformer ({', '.join(p for p in parts if p)})"
+
+
+def _width(shape: Shape, key: str) -> str:
+    """"width W", W the rows of `key` (a patch embedding's: the model's width); "" where the file has no such tensor."""
+    width = axis_size(shape, key, 0)
+    return f"width {width}" if width else ""
 
 
 def _wan(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -172,7 +184,7 @@ def _wan(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, st
             "a CLIP image input" if inner + "img_emb.proj.0.weight" in names else "",
             "first and last frames" if inner + "img_emb.emb_pos" in names else "",
             f"{_blocks(names, inner + 'audio_injector.injector.')} audio-injection layers" if speech else "")
-    return f"a Wan video transformer ({', '.join(x for x in said if x)})", None if speech else kind
+    return _said("Wan video", *said), None if speech else kind
 
 
 def _ltx(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
@@ -209,54 +221,40 @@ def _ltx2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, s
 
 def _flux3(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
     """FLUX.3: each stream's mode blocks (the image's, its conditioning's, the text's), then single-stream blocks."""
-    width = axis_size(shape, inner + "emb_in.image.weight", 0)
     distilled = inner + FLUX3_DISTILLED in names
-    return (f"a FLUX.3 transformer ({_blocks(names, inner + 'content_mode_blocks.image.')} mode and "
-            f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks" + (f", width {width}" if width else "")
-            + (", step-distilled" if distilled else "") + ")",
+    return (_said("FLUX.3", f"{_blocks(names, inner + 'content_mode_blocks.image.')} mode and "
+                            f"{_blocks(names, inner + 'single_blocks.')} single-stream blocks",
+                  _width(shape, inner + "emb_in.image.weight"), "step-distilled" if distilled else ""),
             "flux-3-image-distilled" if distilled else "flux-3-image")
 
 
 def _auraflow(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
     """AuraFlow: joint (MMDiT) layers, then single layers; diffusers' rule reads bare names only."""
-    width = axis_size(shape, inner + "init_x_linear.weight", 0)
-    return (f"an AuraFlow transformer ({_blocks(names, inner + 'double_layers.')} joint and "
-            f"{_blocks(names, inner + 'single_layers.')} single blocks" + (f", width {width})" if width else ")"),
-            None if inner else "auraflow")
+    return (_said("AuraFlow", f"{_blocks(names, inner + 'double_layers.')} joint and "
+                              f"{_blocks(names, inner + 'single_layers.')} single blocks",
+                  _width(shape, inner + "init_x_linear.weight"), article="an"), None if inner else "auraflow")
 
 
 def _cosmos2(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
     """Cosmos 2.0: diffusers' type by its patch embedding (68 inputs: text-to-image, 72: video-to-world; 2048 wide: 2B).
     Cosmos 2.5 (its text features' projection, `crossattn_proj`): no type (diffusers' rules give it 2.0's, whose
     configuration has no projection)."""
-    width = axis_size(shape, inner + "net.x_embedder.proj.1.weight", 0)
+    patches = inner + "net.x_embedder.proj.1.weight"
+    blocks, width = f"{_blocks(names, inner + 'net.blocks.')} blocks", _width(shape, patches)
     if inner + COSMOS25 in names:
-        return (f"a Cosmos Predict2.5 transformer ({_blocks(names, inner + 'net.blocks.')} blocks"
-                + (f", width {width})" if width else ")"), None)
-    task = {68: "t2i", 72: "v2w"}.get(axis_size(shape, inner + "net.x_embedder.proj.1.weight", 1) or 0)
-    said = (f"{_blocks(names, inner + 'net.blocks.')} blocks", f"width {width}" if width else "",
-            {"t2i": "text-to-image", "v2w": "video-to-world"}.get(task or "", ""))
-    return (f"a Cosmos Predict2 transformer ({', '.join(x for x in said if x)})",
-            f"cosmos-2.0-{task}-{'2B' if width == 2048 else '14B'}" if task and not inner else None)
+        return _said("Cosmos Predict2.5", blocks, width), None
+    task = {68: "t2i", 72: "v2w"}.get(axis_size(shape, patches, 1) or 0)
+    return (_said("Cosmos Predict2", blocks, width, {"t2i": "text-to-image", "v2w": "video-to-world"}.get(task or "", "")),
+            f"cosmos-2.0-{task}-{'2B' if axis_size(shape, patches, 0) == 2048 else '14B'}" if task and not inner else None)
 
 
 def _hidream(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
     """HiDream-I1: double-stream, then single-stream blocks, each image MLP a mixture of routed experts."""
-    width = axis_size(shape, inner + "x_embedder.proj.weight", 0)
     experts = _blocks(names, inner + "double_stream_blocks.0.block.ff_i.experts.")
-    said = (f"{_blocks(names, inner + 'double_stream_blocks.')} double- and "
-            f"{_blocks(names, inner + 'single_stream_blocks.')} single-stream blocks", f"width {width}" if width else "",
-            f"{experts} routed experts" if experts else "")
-    return f"a HiDream transformer ({', '.join(x for x in said if x)})", None if inner else "hidream"
-
-
-def _widths(title: str, prefix: str, patches: str, kind: str | None, bare_only: bool = False) -> Reader:
-    """A transformer said by its blocks (under `prefix`) and its width (the patch embedding's rows)."""
-    def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
-        width = axis_size(shape, inner + patches, 0)
-        return (f"a {title} transformer ({_blocks(names, inner + prefix)} blocks"
-                + (f", width {width})" if width else ")"), None if bare_only and inner else kind)
-    return read
+    return (_said("HiDream", f"{_blocks(names, inner + 'double_stream_blocks.')} double- and "
+                             f"{_blocks(names, inner + 'single_stream_blocks.')} single-stream blocks",
+                  _width(shape, inner + "x_embedder.proj.weight"), f"{experts} routed experts" if experts else ""),
+            None if inner else "hidream")
 
 
 def _two_streams(title: str, guidance: str, kind: str | None, patches: str, bare_only: bool = False) -> Reader:
@@ -281,18 +279,19 @@ def _hunyuan_video(names: Mapping[str, object], shape: Shape, inner: str) -> tup
     rules answer HunyuanVideo's, whose configuration does not fit it)."""
     if inner + HUNYUAN_15 not in names:
         return _HUNYUAN_1(names, shape, inner)
-    width = axis_size(shape, inner + "img_in.proj.weight", 0)
     channels = axis_size(shape, inner + "img_in.proj.weight", 1)
-    said = (f"{_blocks(names, inner + 'double_blocks.')} double-stream blocks", f"width {width}" if width else "",
-            f"{channels} input channels" if channels else "",
-            "step-distilled" if inner + HUNYUAN_15_MEANFLOW in names else "")
-    return f"a HunyuanVideo 1.5 transformer ({', '.join(x for x in said if x)})", None
+    return _said("HunyuanVideo 1.5", f"{_blocks(names, inner + 'double_blocks.')} double-stream blocks",
+                 _width(shape, inner + "img_in.proj.weight"), f"{channels} input channels" if channels else "",
+                 "step-distilled" if inner + HUNYUAN_15_MEANFLOW in names else ""), None
 
 
-def _stack(title: str, prefix: str, noun: str, kind: str | None) -> Reader:
-    """A transformer said by its one stack of blocks (under `prefix`, called `noun`)."""
+def _stack(title: str, prefix: str, kind: str | None, noun: str = "blocks", patches: str = "",
+           bare_only: bool = False) -> Reader:
+    """A transformer said by its one stack of blocks (under `prefix`, called `noun`) and, given its patch embedding
+    (`patches`), its width; diffusers' type `kind` (under a prefix too unless `bare_only`)."""
     def read(names: Mapping[str, object], shape: Shape, inner: str) -> tuple[str, str | None]:
-        return f"a {title} transformer ({_blocks(names, inner + prefix)} {noun})", kind
+        return (_said(title, f"{_blocks(names, inner + prefix)} {noun}", _width(shape, inner + patches) if patches else ""),
+                None if bare_only and inner else kind)
     return read
 
 
@@ -312,20 +311,20 @@ MODELS: dict[str, tuple[str, Reader]] = {
     CHROMA: ("chroma", _two_streams("Chroma", "guidance_in.in_layer.weight", "chroma", "img_in.weight")),
     LTX2: ("ltx2", _ltx2),   # (before LTX-Video: see LTX2)
     LTX: ("ltx_video", _ltx),
-    MOCHI: ("mochi", _stack("Mochi", "blocks.", "asymmetric blocks", "mochi-1-preview")),
+    MOCHI: ("mochi", _stack("Mochi", "blocks.", "mochi-1-preview", "asymmetric blocks")),
     HUNYUAN_VIDEO: ("hunyuan_video", _hunyuan_video),
     AURAFLOW: ("auraflow", _auraflow),
     Z_IMAGE: ("z_image", _layers("Z-Image", "z-image-turbo")),
     LUMINA2: ("lumina2", _layers("Lumina 2", "lumina2")),
-    SANA: ("sana", _widths("Sana", "blocks.", "x_embedder.proj.weight", "sana", bare_only=True)),
+    SANA: ("sana", _stack("Sana", "blocks.", "sana", patches="x_embedder.proj.weight", bare_only=True)),
     WAN: ("wan", _wan),
-    QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "blocks", "qwen-image-2.1")),
-    KREA2: ("krea2", _widths("Krea 2", "blocks.", "first.weight", "krea2")),
+    QWEN_IMAGE_21: ("qwen_image", _stack("Qwen-Image 2.1", "transformer_blocks.", "qwen-image-2.1")),
+    KREA2: ("krea2", _stack("Krea 2", "blocks.", "krea2", patches="first.weight")),
     HIDREAM: ("hidream", _hidream),
     COSMOS2: ("cosmos", _cosmos2),
-    QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", "blocks", None)),   # (no type: see QWEN_IMAGE)
-    MINIMAX_H3: ("minimax_h3", _widths("MiniMax H3 audio-video", "blocks.", "video_patch_proj.weight", "minimax-h3",
-                                       bare_only=True)),
+    QWEN_IMAGE: ("qwen_image", _stack("Qwen-Image", "transformer_blocks.", None)),   # (no type: see QWEN_IMAGE)
+    MINIMAX_H3: ("minimax_h3", _stack("MiniMax H3 audio-video", "blocks.", "minimax-h3", patches="video_patch_proj.weight",
+                                      bare_only=True)),
 }
 # The names one of which each of these holds (census/diffusion.py GATES)
 GATES = frozenset((*(p + key for key in MODELS for p in PREFIXES), *LTX_VAE, *LTX2_VAES, WAN_VAE))

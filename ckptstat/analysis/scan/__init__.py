@@ -241,12 +241,13 @@ def scan_local(path: str) -> dict[str, Any]:
         if archive is None:
             raise
         return archive
-    return worse(training_args_note(path, r), _archive(path) if also_archive(r) or foreign_members(path) else None)
+    return worse(training_args_note(path, r), _archive(path, only_foreign=not also_archive(r)))
 
 
-def _archive(path: str) -> dict[str, Any] | None:
-    """The archive report of a local file whose name is no loader's (whose loader's error or report stands)."""
-    if pickle_named(path) or not os.path.isfile(path):
+def _archive(path: str, only_foreign: bool = False) -> dict[str, Any] | None:
+    """The archive report of a local file whose name is no loader's (whose loader's error or report stands);
+    `only_foreign`: only where it is a zip torch reads that holds other members than torch's records."""
+    if pickle_named(path) or not os.path.isfile(path) or only_foreign and not foreign_members(path):
         return None
     with open_regular(path) as f:
         return judge_archive(path, f, os.fstat(f.fileno()).st_size, _judged)

@@ -434,26 +434,28 @@ def _zip(t: Trace, f: IO[bytes], size: int, tmp: str) -> _Out | None:
 
 
 def foreign_members(path: str) -> bool:
-    """A zip torch's reader reads (one folder holding data.pkl) that holds members besides torch's own records: users
-    extracting it get those (`archive/data/evil.pt`), which torch.load never reads; judged as an archive's too."""
+    """A zip torch's reader reads (`_torch_layout`) that holds members besides torch's own records: users extracting it
+    get those (`archive/data/evil.pt`), which torch.load never reads; judged as an archive's too."""
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
     except ZIP_ERRORS:
         return False
+    return _torch_layout(names) and not _torch_shaped(names)
+
+
+def _torch_layout(names: list[str]) -> bool:
+    """Every name under one folder that holds data.pkl: what torch's reader opens."""
     top = {n.split("/", 1)[0] for n in names}
-    return len(top) == 1 and f"{next(iter(top))}/data.pkl" in names and not _torch_shaped(names)
+    return len(top) == 1 and f"{next(iter(top))}/data.pkl" in names
 
 
 def _torch_shaped(names: list[str]) -> bool:
-    """A zip torch.save wrote (every name under one folder that holds data.pkl, and nothing there but torch's own
-    records: a torch archive, or one item of a DCP `.distcp` file): torch's reader judges it, nobody extracts it. A
-    member of another name beside them (`archive/model.pt`) is one a user extracting the zip gets: judged as an
-    archive's too."""
-    top = {n.split("/", 1)[0] for n in names}
-    if len(top) != 1 or f"{next(iter(top))}/data.pkl" not in names:
-        return False
-    return all("/" in n and ".." not in n.split("/") and TORCH_RECORD.fullmatch(n.split("/", 1)[1]) for n in names)
+    """A zip torch.save wrote (`_torch_layout`, and nothing there but torch's own records: a torch archive, or one item
+    of a DCP `.distcp` file): torch's reader judges it, nobody extracts it. A member of another name beside them
+    (`archive/model.pt`) is one a user extracting the zip gets: judged as an archive's too."""
+    return _torch_layout(names) and all(
+        "/" in n and ".." not in n.split("/") and TORCH_RECORD.fullmatch(n.split("/", 1)[1]) for n in names)
 
 
 def _report(t: Trace, out: _Out, tmp: str, judge: Judge) -> dict[str, Any]:
