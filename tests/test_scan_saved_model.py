@@ -1,8 +1,11 @@
-"""`ckptstat scan` of TensorFlow SavedModels (analysis/scan/saved_model.py), against what TensorFlow 2.21 wrote and
-did (fixtures/make_saved_model_ops.py, fixtures/expected_saved_model_ops.json: the ops TensorFlow's own proto
-parser finds in each saved_model.pb, and whether loading it and calling `serve` created the marker file): the op
-set read without TensorFlow is TensorFlow's, every file-system op is a finding, a plain model and the committed
-tf-saved-model fixture are safe, a damaged saved_model.pb is one line."""
+"""`ckptstat scan` of TensorFlow SavedModels (analysis/scan/saved_model.py, tf_graph.py), against what TensorFlow 2.21
+wrote and did (fixtures/make_saved_model_ops.py, fixtures/expected_saved_model_ops.json: the ops TensorFlow's own
+proto parser finds in each saved_model.pb; whether loading it and calling `serve` wrote a file outside, or read one,
+each measured in fresh processes; the op registry's input and attribute names): the op set read without TensorFlow
+is TensorFlow's, a SavedModel is unsafe exactly where TensorFlow touched a file outside it (a saver, an asset table,
+an in-memory cache, a function writing at its caller's path and TF1's saver and asset tables stay safe), the tables
+name ops and inputs TensorFlow registers; graphs built byte by byte for what a hostile file can do that TensorFlow
+does not write (a path climbing out of the caller's, chains and loops of ops); a damaged saved_model.pb is one line."""
 from __future__ import annotations
 
 import json
@@ -11,49 +14,64 @@ import shutil
 
 from conftest import FIXTURES
 
-from ckptstat.analysis.scan.saved_model import FILE_OPS, _nodes
+from ckptstat.analysis.scan import saved_model
+from ckptstat.analysis.scan.tf_graph import Flow
 from ckptstat.formats.tf_bundle.wire import fields
 
 ROOT = os.path.join(FIXTURES, "tf-saved-model-ops")
+# the names TensorFlow's registry gives the inputs PATH_INPUTS reads as paths
+PATH_NAMES = {"prefix", "filename", "file_pattern", "checkpoint_prefixes", "destination_prefix", "filenames",
+              "patterns", "data_source_name", "path", "snapshot_path", "chunk_file", "shard_dir", "ckpt_path",
+              "new_vocab_file", "old_vocab_file"}
 
 
-def _oracle() -> dict:
+def _expected() -> dict:
     with open(os.path.join(FIXTURES, "expected_saved_model_ops.json")) as f:
-        return json.load(f)["cases"]
+        return json.load(f)
 
 
 def test_the_ops_are_tensorflows():
-    for case, o in _oracle().items():
+    for case, o in _expected()["cases"].items():
         raw = open(os.path.join(ROOT, case, "saved_model.pb"), "rb").read()
-        ops = set()
-        for num, _, meta in fields(raw):
-            if num == 2:
-                for n2, _, graph in fields(meta):
-                    if n2 == 2:
-                        ops.update(op for op, _ in _nodes(graph))
+        ops = {node.op for num, _, meta in fields(raw) if num == 2
+               for scope in Flow(meta).scopes.values() for node in scope.nodes.values()}
         assert sorted(ops) == o["ops"], case
 
 
-def test_file_system_ops_are_findings(cli):
-    for case, o in _oracle().items():
+def test_unsafe_exactly_where_tensorflow_touched_a_file(cli):
+    cases = _expected()["cases"]
+    assert {c for c, o in cases.items() if not (o["writes"] or o["reads"])} >= {
+        "plain", "cache_memory", "caller_path", "table_asset", "tf1_plain", "tf1_table_asset"}
+    for case, o in cases.items():
         rc, out, _ = cli("scan", os.path.join(ROOT, case, "saved_model.pb"), "--json")
         r = json.loads(out)
-        want = sorted(f"tf op {op}" for op in o["ops"] if op in FILE_OPS) + (["tf op PrintV2"] if case == "print_to_file" else [])
-        assert r["unsafe_globals"] == want, case
-        assert (rc, r["status"]) == ((1, "unsafe") if want else (0, "safe")), case
-        if o["marker_after_call"]:
-            assert r["status"] == "unsafe", case
+        touched = o["writes"] or o["reads"]
+        assert (rc, r["status"]) == ((1, "unsafe") if touched else (0, "safe")), (case, r["verdict"])
+        for name in r["unsafe_globals"]:
+            assert name == "tf asset outside the folder" or name.removeprefix("tf op ") in o["ops"], case
+
+
+def test_the_tables_are_tensorflows_ops():
+    registry = _expected()["registry"]
+    named = set(saved_model.FILE_OPS) | set(saved_model.PATH_INPUTS) | set(saved_model.URL_ATTRS)
+    assert set(registry) == named
+    assert [op for op in sorted(named) if registry[op] is None] == []
+    for op, (positions, _) in saved_model.PATH_INPUTS.items():
+        assert {registry[op]["inputs"][k] for k in positions} <= PATH_NAMES, op
+    for op, (attr, _) in saved_model.URL_ATTRS.items():
+        assert attr in registry[op]["attrs"], op
 
 
 def test_folders_list_saved_models(tmp_path, cli):
-    for case in ("write_file", "plain"):
+    for case in ("write_file", "plain", "save_v2_captured", "table_asset"):
         shutil.copytree(os.path.join(ROOT, case), tmp_path / case)
     shutil.copytree(os.path.join(FIXTURES, "tf-saved-model"), tmp_path / "fixture")
     rc, out, _ = cli("scan", str(tmp_path), "--json")
     assert rc == 1
     assert {f["path"]: f["status"] for f in json.loads(out)["files"]} == {
         os.path.join("write_file", "saved_model.pb"): "unsafe", os.path.join("plain", "saved_model.pb"): "safe",
-        os.path.join("fixture", "saved_model.pb"): "safe"}
+        os.path.join("save_v2_captured", "saved_model.pb"): "unsafe",
+        os.path.join("table_asset", "saved_model.pb"): "safe", os.path.join("fixture", "saved_model.pb"): "safe"}
 
 
 def test_a_damaged_saved_model_is_one_line(tmp_path, cli):
@@ -62,3 +80,68 @@ def test_a_damaged_saved_model_is_one_line(tmp_path, cli):
     bad.write_bytes(raw[: len(raw) // 2])
     rc, out, err = cli("scan", str(bad))
     assert rc == 2 and out == "" and err.count("\n") == 1 and "not a SavedModel" in err
+
+
+# graphs built byte by byte: the protobuf wire format (tensorflow/core/framework/node_def.proto, graph.proto,
+# attr_value.proto, tensor.proto; protobuf/meta_graph.proto, saved_model.proto)
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def _f(num: int, value: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(value)) + value
+
+
+def _attr(key: str, value: bytes) -> bytes:
+    return _f(5, _f(1, key.encode()) + _f(2, value))
+
+
+def _node(name: str, op: str, *inputs: str, attrs: bytes = b"") -> bytes:
+    return _f(1, _f(1, name.encode()) + _f(2, op.encode()) + b"".join(_f(3, i.encode()) for i in inputs) + attrs)
+
+
+def _const(name: str, text: str) -> bytes:
+    return _node(name, "Const", attrs=_attr("value", _f(8, _f(8, text.encode()))))
+
+
+def _saved_model(tmp_path, nodes: bytes) -> str:
+    path = tmp_path / "saved_model.pb"
+    path.write_bytes(_f(2, _f(2, nodes)))                       # SavedModel.meta_graphs -> MetaGraphDef.graph_def
+    return str(path)
+
+
+def _save_at(path_input: str) -> bytes:
+    return _const("names", "x") + _const("slices", "") + _const("t", "") + \
+        _node("save", "SaveV2", path_input, "names", "slices", "t")
+
+
+def test_hostile_paths_joined_onto_the_callers(tmp_path, cli):
+    separator = _attr("separator", _f(2, b"/.."))
+    cases = {   # the SaveV2's path: is it the graph's choice
+        "the caller's prefix and a literal": (_const("part", "_temp/part") + _node("p", "StringJoin", "fed", "part"), False),
+        "a literal climbing out": (_const("up", "/../../../etc/cron.d/x") + _node("p", "StringJoin", "fed", "up"), True),
+        "a climb split over two literals": (_const("a", "/.") + _const("b", "./x") + _node("p", "StringJoin", "fed", "a", "b"),
+                                            True),
+        "a separator climbing": (_const("c", "x") + _node("p", "StringJoin", "fed", "c", attrs=separator), True),
+        "a literal first": (_const("root", "/tmp/x") + _node("p", "StringJoin", "root", "fed"), True),
+        "an op's output after": (_node("n", "AsString", "fed") + _node("p", "StringJoin", "fed", "n"), True),
+    }
+    for what, (nodes, unsafe) in cases.items():
+        path = _saved_model(tmp_path, _node("fed", "Placeholder") + nodes + _save_at("p"))
+        rc, out, _ = cli("scan", path, "--json")
+        assert json.loads(out)["status"] == ("unsafe" if unsafe else "safe"), what
+
+
+def test_chains_and_loops_of_ops(tmp_path, cli):
+    chain = _const("i0", "/tmp/x") + b"".join(_node(f"i{k}", "Identity", f"i{k - 1}") for k in range(1, 5000))
+    loop = _node("a", "Identity", "b") + _node("b", "Identity", "a")
+    for nodes, start in ((chain, "i4999"), (loop, "a")):
+        rc, out, err = cli("scan", _saved_model(tmp_path, nodes + _save_at(start)), "--json")
+        r = json.loads(out)
+        assert (rc, r["status"], r["unsafe_globals"]) == (1, "unsafe", ["tf op SaveV2"]), err

@@ -1,0 +1,303 @@
+"""Who chooses a path an op of a SavedModel touches: the caller (the loader, the user) or the file's own graph.
+
+One MetaGraphDef (tensorflow/core/protobuf/meta_graph.proto) read from its wire bytes: the top-level graph's nodes,
+each library function's nodes and arguments, where each function is called, and the object graph's concrete
+functions with the objects bound to their last arguments (saved_object_graph.proto). `Flow.origins` follows a
+node's input back to what produced it:
+
+- the caller's: a Placeholder of the top-level graph (the signature's inputs, the saver's file name), the saver's
+  `filename_tensor_name` (TF1, fed by the loader), a constant an AssetFileDef names (TF1: the loader feeds its asset
+  path), a function argument the user passes, or one bound to an asset;
+- the graph's: a constant (a string constant is a "literal", kept to name it), a constant or resource the object
+  graph binds, a variable's value (what is assigned to it), the output of any op not listed below, an argument a
+  dataset or other op passes to a function, a chain too deep to follow.
+
+Through Identity-like ops, ReadVariableOp, ShardedFilename and StringJoin the path keeps the origin of its first
+part (a saver's `StringJoin(file_prefix, "_temp/part")` is the caller's) if every later part is a literal and no
+`..` is in them and the separator joined; through Pack, ConcatV2 and Select it is the caller's only if every part
+is. Everything is memoized and bounded: one visit a node or argument, at most MAX_DEPTH deep."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...formats.tf_bundle.wire import Bad, fields, message, number, varint
+
+MAX_DEPTH = 128                # levels of ops followed back (each two or three Python frames)
+CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
+         "StatelessCase": 1, "While": 0, "StatelessWhile": 0}          # op -> inputs before the callee's arguments
+PASS_FIRST = ("Identity", "ReadVariableOp", "Snapshot", "StopGradient", "Reshape", "ExpandDims", "Squeeze", "ShardedFilename",
+              "EnsureShape", "CheckNumerics")
+ALL_PARTS = {"Pack": 0, "ConcatV2": -1, "Select": 1, "SelectV2": 1}   # op -> first data input (ConcatV2: all but axis)
+CALLER = ("caller", "")
+
+
+@dataclass
+class Node:
+    op: str
+    inputs: list[str]
+    attrs: dict[str, bytes]
+
+
+@dataclass
+class Scope:
+    name: str                                   # "" for the top-level graph, else the function's name
+    nodes: dict[str, Node] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+
+
+def _text(value: int | bytes, what: str) -> str:
+    return message(value, what).decode("utf-8", "replace")
+
+
+def _node(raw: bytes) -> tuple[str, Node]:
+    """(name, Node) of a NodeDef: name 1, op 2, input 3, attr 5 (map entry: key 1, AttrValue 2)."""
+    name, node = "", Node("", [], {})
+    for num, _, value in fields(raw):
+        if num == 1:
+            name = _text(value, "node name")
+        elif num == 2:
+            node.op = _text(value, "node op")
+        elif num == 3:
+            node.inputs.append(_text(value, "node input"))
+        elif num == 5:
+            entry = {k: v for k, _, v in fields(message(value, "node attr"))}
+            key = entry.get(1)
+            if isinstance(key, bytes):
+                node.attrs[key.decode("utf-8", "replace")] = message(entry.get(2, b""), "attr value")
+    return name, node
+
+
+def attr_strings(av: bytes) -> list[str]:
+    """AttrValue.s (2), or AttrValue.list (1) -> ListValue.s (2)."""
+    out = []
+    for num, _, value in fields(av):
+        if num == 2:
+            out.append(_text(value, "attr string"))
+        elif num == 1:
+            out += [_text(v, "attr string") for n, _, v in fields(message(value, "attr list")) if n == 2]
+    return out
+
+
+def attr_functions(av: bytes) -> list[str]:
+    """The functions an AttrValue names: func (10) -> NameAttrList.name (1), or list (1) -> ListValue.func (9)."""
+    lists = [message(v, "attr func") for n, _, v in fields(av) if n == 10]
+    for num, _, value in fields(av):
+        if num == 1:
+            lists += [message(v, "attr func") for n, _, v in fields(message(value, "attr list")) if n == 9]
+    return [_text(v, "function name") for raw in lists for n, _, v in fields(raw) if n == 1]
+
+
+def const_strings(node: Node) -> list[str] | None:
+    """A Const's string values (its `value` attr: AttrValue.tensor 8 -> TensorProto.string_val 8); None if none."""
+    tensors = [message(v, "const tensor") for n, _, v in fields(node.attrs.get("value", b"")) if n == 8]
+    strings = [v.decode("utf-8", "replace") for t in tensors for n, _, v in fields(t) if n == 8 and isinstance(v, bytes)]
+    return strings or None
+
+
+def _data_inputs(node: Node) -> list[str]:
+    return [i for i in node.inputs if not i.startswith("^")]
+
+
+class Flow:
+    """One MetaGraphDef's graphs, calls and bound objects (see the module doc)."""
+
+    def __init__(self, meta: bytes) -> None:
+        self.scopes: dict[str, Scope] = {"": Scope("")}
+        self.calls: dict[str, list[tuple[Scope, Node, int]]] = {}
+        self.passed: dict[str, str] = {}              # function -> the op that passes its arguments (no call form)
+        self.bound: dict[str, list[str]] = {}         # concrete function -> the kinds of the objects bound to it
+        self.constants: dict[str, str] = {}           # object id -> its SavedConstant's operation
+        self.feeds: set[str] = set()                  # top-level nodes the loader feeds (saver file name, TF1 assets)
+        self.assets: list[str] = []                   # AssetFileDef filenames
+        self._memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        objects: list[tuple[str, str]] = []
+        concretes: list[tuple[str, list[int]]] = []
+        for num, _, value in fields(meta):
+            if num == 2:
+                self._graph(message(value, "graph"))
+            elif num == 3:                                           # SaverDef.filename_tensor_name (1)
+                self.feeds.update(_text(v, "saver file name").split(":")[0]
+                                  for n, _, v in fields(message(value, "saver")) if n == 1)
+            elif num == 4:                                           # collection_def: TF1's assets (ASSETS_KEY)
+                entry = {k: v for k, _, v in fields(message(value, "collection"))}
+                if entry.get(1) == b"saved_model_assets":          # CollectionDef.any_list 5 -> value 1 -> Any.value 2
+                    lists = [message(v, "asset list") for n, _, v in fields(message(entry.get(2, b""), "collection"))
+                             if n == 5]
+                    anys = [message(v, "asset any") for raw in lists for n, _, v in fields(raw) if n == 1]
+                    for raw in anys:
+                        for n, _, asset in fields(raw):
+                            if n == 2:
+                                self._asset(message(asset, "asset"))
+            elif num == 6:
+                self._asset(message(value, "asset"))
+            elif num == 7:
+                objects, concretes = self._object_graph(message(value, "object graph"))
+        for name, bound in concretes:
+            self.bound[name] = [objects[i][0] if 0 <= i < len(objects) else "a missing object" for i in bound]
+            for k, i in enumerate(bound):
+                if 0 <= i < len(objects) and objects[i][0] == "constant":
+                    self.constants[f"{name}/{k}"] = objects[i][1]
+        self.assigned: dict[tuple[str, str], list[str]] = {}     # (scope, variable handle) -> values assigned to it
+        for scope in list(self.scopes.values()):
+            for node in scope.nodes.values():
+                self._note_calls(scope, node)
+                inputs = _data_inputs(node)
+                if node.op == "AssignVariableOp" and len(inputs) > 1:
+                    self.assigned.setdefault((scope.name, inputs[0].split(":")[0]), []).append(inputs[1])
+
+    def _asset(self, raw: bytes) -> None:
+        """AssetFileDef: tensor_info 1 (TensorInfo name 1: the constant the loader feeds), filename 2."""
+        for n, _, v in fields(raw):
+            if n == 1:
+                self.feeds.update(_text(t, "asset tensor").split(":")[0]
+                                  for k, _, t in fields(message(v, "tensor info")) if k == 1)
+            elif n == 2:
+                self.assets.append(_text(v, "asset file name"))
+
+    def _graph(self, raw: bytes) -> None:
+        """GraphDef: node 1, library 2 (FunctionDefLibrary: function 1 -> FunctionDef signature 1, node_def 3)."""
+        for num, _, value in fields(raw):
+            if num == 1:
+                name, node = _node(message(value, "node"))
+                self.scopes[""].nodes[name] = node
+            elif num == 2:
+                for n2, _, fn in fields(message(value, "function library")):
+                    if n2 == 1:
+                        self._function(message(fn, "function"))
+
+    def _function(self, raw: bytes) -> None:
+        scope = Scope("")
+        for num, _, value in fields(raw):
+            if num == 1:                                    # OpDef: name 1, input_arg 2 (ArgDef name 1)
+                for n, _, v in fields(message(value, "signature")):
+                    if n == 1:
+                        scope.name = _text(v, "function name")
+                    elif n == 2:
+                        scope.args += [_text(a, "argument") for k, _, a in fields(message(v, "argument")) if k == 1]
+            elif num == 3:
+                name, node = _node(message(value, "function node"))
+                scope.nodes[name] = node
+        if scope.name in self.scopes:                           # TensorFlow refuses a repeated name; keep both
+            scope.name = f"{scope.name}#{len(self.scopes)}"
+        self.scopes[scope.name] = scope
+
+    @staticmethod
+    def _object_graph(raw: bytes) -> tuple[list[tuple[str, str]], list[tuple[str, list[int]]]]:
+        """(kind, constant's operation) of each SavedObject (nodes 1; kinds asset 5, variable 7, constant 9...) and
+        (name, bound_inputs) of each concrete function (map 2: key 1, SavedConcreteFunction 2: bound_inputs 2)."""
+        kinds = {4: "user object", 5: "asset", 6: "function", 7: "variable", 8: "bare concrete function",
+                 9: "constant", 10: "resource", 12: "captured tensor"}
+        objects, concretes = [], []
+        for num, _, value in fields(raw):
+            if num == 1:
+                kind, op = "an object", ""
+                for n, _, v in fields(message(value, "saved object")):
+                    if n in kinds:
+                        kind = kinds[n]
+                        if n == 9:
+                            op = next((_text(o, "constant op") for k, _, o in fields(message(v, "constant")) if k == 1), "")
+                objects.append((kind, op))
+            elif num == 2:
+                entry = {k: v for k, _, v in fields(message(value, "concrete function"))}
+                bound: list[int] = []
+                for n, wire, v in fields(message(entry.get(2, b""), "concrete function")):
+                    if n == 2 and wire == 2:                                  # packed
+                        pos, raw_ints = 0, message(v, "bound inputs")
+                        while pos < len(raw_ints):
+                            x, pos = varint(raw_ints, pos)
+                            bound.append(x)
+                    elif n == 2:
+                        bound.append(number(v, "bound input"))
+                concretes.append((_text(entry.get(1, b""), "function name"), bound))
+        return objects, concretes
+
+    def _note_calls(self, scope: Scope, node: Node) -> None:
+        if node.op in self.scopes and node.op:                # a function called by its name as an op
+            self.calls.setdefault(node.op, []).append((scope, node, 0))
+        for av in node.attrs.values():
+            try:
+                callees = attr_functions(av)
+            except Bad:
+                continue
+            for callee in callees:
+                if node.op in CALLS:
+                    self.calls.setdefault(callee, []).append((scope, node, CALLS[node.op]))
+                else:
+                    self.passed.setdefault(callee, node.op)
+
+    def origins(self, scope: Scope, ref: str, depth: int = 0) -> list[tuple[str, str]]:
+        """("caller", ""), ("literal", the string) or ("graph", what) for each source of the tensor `ref` names."""
+        name = ref.lstrip("^").split(":")[0]
+        key = (scope.name, name)
+        if key in self._memo:
+            return self._memo[key]
+        if depth > MAX_DEPTH:
+            return [("graph", "a chain of ops too deep to follow")]
+        self._memo[key] = [("graph", "a loop of ops")]                        # until known: a cycle is the graph's
+        self._memo[key] = out = self._origins(scope, name, depth + 1)
+        return out
+
+    def _origins(self, scope: Scope, name: str, depth: int) -> list[tuple[str, str]]:
+        node = scope.nodes.get(name)
+        if node is None:
+            if name in scope.args:
+                return self._argument(scope, scope.args.index(name), depth)
+            return [("graph", f"the unknown input {name[:80]!r}")]
+        inputs = _data_inputs(node)
+        top = not scope.name
+        if top and (node.op == "Placeholder" or name in self.feeds):
+            return [CALLER]
+        if node.op == "Const":
+            strings = const_strings(node)
+            return [("literal", s) for s in strings] if strings else [("graph", "a constant")]
+        if node.op in PASS_FIRST or node.op == "PlaceholderWithDefault" or node.op == "StringJoin":
+            if not inputs:
+                return [("graph", f"a {node.op} of nothing")]
+            first = self.origins(scope, inputs[0], depth)
+            if node.op != "StringJoin":
+                return first
+            rest = [o for i in inputs[1:] for o in self.origins(scope, i, depth)]
+            joined = "".join(attr_strings(node.attrs.get("separator", b""))) + "".join(w for _, w in rest)
+            if all(o == CALLER for o in first) and all(kind == "literal" for kind, _ in rest) and ".." not in joined:
+                return [CALLER]
+            return [o for o in first if o != CALLER] + [o for o in rest if o != CALLER] or \
+                [("graph", "a path joined onto the caller's")]
+        if node.op == "VarHandleOp":
+            values = self.assigned.get((scope.name, name), [])
+            return [o for v in values for o in self.origins(scope, v, depth)] or [("graph", "a variable's value")]
+        if node.op in ALL_PARTS:
+            parts = inputs[:-1] if ALL_PARTS[node.op] < 0 else inputs[ALL_PARTS[node.op]:]
+            return [o for i in parts for o in self.origins(scope, i, depth)] or [("graph", f"an empty {node.op}")]
+        return [("graph", f"the output of {node.op[:80]}")]
+
+    def _argument(self, scope: Scope, k: int, depth: int) -> list[tuple[str, str]]:
+        """Where argument k of the function `scope` comes from: every call site, the op that passes it, the loader."""
+        out: list[tuple[str, str]] = []
+        for caller, node, offset in self.calls.get(scope.name, []):
+            inputs = _data_inputs(node)
+            if k + offset < len(inputs):
+                out += self.origins(caller, inputs[k + offset], depth)
+            else:
+                out.append(("graph", f"a missing argument of {node.op[:80]}"))
+        if scope.name in self.passed:
+            out.append(("graph", f"an argument {self.passed[scope.name][:80]} passes"))
+        bound = self.bound.get(scope.name)
+        if bound is not None:
+            first_bound = len(scope.args) - len(bound)
+            if k < first_bound:
+                out.append(CALLER)                                    # the user's argument
+            else:
+                kind = bound[k - first_bound]
+                op = self.constants.get(f"{scope.name}/{k - first_bound}")
+                if kind == "asset":
+                    out.append(CALLER)                                # its file: judged by `outside_assets`
+                elif op is not None:
+                    out += self.origins(self.scopes[""], op, depth)
+                else:
+                    out.append(("graph", f"a bound {kind}"))
+        return out or [("graph", "an argument of a function nothing calls")]
+
+    def outside_assets(self) -> list[str]:
+        """AssetFileDef filenames the loader's os.path.join(export_dir, 'assets', name) takes outside the folder."""
+        return [a for a in self.assets if a.startswith(("/", "\\")) or ".." in a.replace("\\", "/").split("/")
+                or (len(a) > 1 and a[1] == ":")]
