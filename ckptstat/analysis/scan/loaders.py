@@ -31,10 +31,11 @@
 
 Other loaders' archives and streams have modules of their own, reached from `judge_other`: torch.export `.pt2`
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
-`saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a `.jinja` file (chat_templates.py), a
-Hugging Face JSON config's templates and the repository code it makes a library import, and a model folder's
-`custom_generate/generate.py` (hf_config.py), a NeMo archive's config and the pickles NeMo's restore_from loads from it
-(nemo.py), a zip of one file that torch.hub extracts and torch.loads (hub_zip.py).
+`saved_model.pb`'s graph (saved_model.py), a Keras 2 SavedModel's `keras_metadata.pb` (keras_metadata.py), the
+chat templates of a GGUF or a `.jinja` file (chat_templates.py), a Hugging Face JSON config's templates and the
+repository code it makes a library import, and a model folder's `custom_generate/generate.py` (hf_config.py), a NeMo
+archive's config and the pickles NeMo's restore_from loads from it (nemo.py), a zip of one file that torch.hub extracts
+and torch.loads (hub_zip.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -67,6 +68,8 @@ from .hub_zip import judge_file as judge_hub
 from .hub_zip import tail as zip_tail
 from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import PastBounds, keras_report, load_config
+from .keras_metadata import NAME as KERAS_METADATA
+from .keras_metadata import judge_keras_metadata
 from .names import pickle_named
 from .nemo import judge_nemo
 from .package import judge_package
@@ -514,6 +517,8 @@ def _worse(*reports: dict[str, Any] | None) -> dict[str, Any] | None:
 def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> dict[str, Any] | None:
     if file_name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
         return judge_saved_model(path, f, size)
+    if file_name(path) == KERAS_METADATA:   # tf_keras.models.load_model's layers (analysis/scan/keras_metadata.py)
+        return judge_keras_metadata(path, f, size)
     f.seek(0)
     head = f.read(8)
     if head[:4] == GGUF_MAGIC or is_template_file(path):   # chat templates (analysis/scan/chat_templates.py)
