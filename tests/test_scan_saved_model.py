@@ -14,7 +14,7 @@ import shutil
 
 from conftest import FIXTURES
 
-from ckptstat.analysis.scan import saved_model
+from ckptstat.analysis.scan import saved_model, tf_graph
 from ckptstat.analysis.scan.tf_graph import Flow
 from ckptstat.formats.tf_bundle.wire import fields
 
@@ -53,9 +53,16 @@ def test_unsafe_exactly_where_tensorflow_touched_a_file(cli):
 
 def test_the_tables_are_tensorflows_ops():
     registry = _expected()["registry"]
-    named = set(saved_model.FILE_OPS) | set(saved_model.PATH_INPUTS) | set(saved_model.URL_ATTRS)
-    assert set(registry) == named
-    assert [op for op in sorted(named) if registry[op] is None] == []
+    named = set(saved_model.FILE_OPS) | set(saved_model.PATH_INPUTS) | set(saved_model.URL_ATTRS) | \
+        tf_graph.ELEMENT_FNS | tf_graph.SAME_ELEMENTS | set(tf_graph.CALLS) | set(tf_graph.ALL_PARTS) | \
+        set(tf_graph.PASS_FIRST)
+    assert named <= set(registry)
+    assert [op for op in sorted(registry) if registry[op] is None] == []
+    for op in tf_graph.ELEMENT_FNS:
+        assert registry[op]["inputs"][:2] == ["input_dataset", "other_arguments"] and "Targuments" in registry[op]["attrs"]
+    for op in tf_graph.SAME_ELEMENTS:
+        assert registry[op]["inputs"][0] == "input_dataset", op
+    assert "separator" in registry["StringJoin"]["attrs"]
     for op, (positions, _) in saved_model.PATH_INPUTS.items():
         assert {registry[op]["inputs"][k] for k in positions} <= PATH_NAMES, op
     for op, (attr, _) in saved_model.URL_ATTRS.items():

@@ -9,8 +9,10 @@ node's input back to what produced it:
   `filename_tensor_name` (TF1, fed by the loader), a constant an AssetFileDef names (TF1: the loader feeds its asset
   path), a function argument the user passes, or one bound to an asset;
 - the graph's: a constant (a string constant is a "literal", kept to name it), a constant or resource the object
-  graph binds, a variable's value (what is assigned to it), the output of any op not listed below, an argument a
-  dataset or other op passes to a function, a chain too deep to follow.
+  graph binds, a variable's value (what is assigned to it), the output of any op not listed below, an argument an op
+  other than a call passes to a function, a chain too deep to follow. A dataset function's arguments (a map's, a
+  flat_map's, an interleave's...) are its input dataset's elements, followed back to the tensors a
+  TensorSliceDataset or TensorDataset was made of, and the values it captures.
 
 Through Identity-like ops, ReadVariableOp, ShardedFilename and StringJoin the path keeps the origin of its first
 part (a saver's `StringJoin(file_prefix, "_temp/part")` is the caller's) if every later part is a literal and no
@@ -27,6 +29,20 @@ CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "Stateless
          "StatelessCase": 1, "While": 0, "StatelessWhile": 0}          # op -> inputs before the callee's arguments
 PASS_FIRST = ("Identity", "ReadVariableOp", "Snapshot", "StopGradient", "Reshape", "ExpandDims", "Squeeze", "ShardedFilename",
               "EnsureShape", "CheckNumerics")
+# dataset ops whose function gets the input dataset's elements and then `Targuments` captured values, and the
+# dataset ops whose elements are their input dataset's (tensorflow/core/ops/dataset_ops.cc)
+ELEMENT_FNS = frozenset({"MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2", "FlatMapDataset",
+                         "InterleaveDataset", "ParallelInterleaveDataset", "ParallelInterleaveDatasetV2",
+                         "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4",
+                         "LegacyParallelInterleaveDatasetV2", "FilterDataset", "ParallelFilterDataset",
+                         "TakeWhileDataset", "MapAndBatchDataset"})
+SAME_ELEMENTS = frozenset({"BatchDataset", "BatchDatasetV2", "PaddedBatchDataset", "PaddedBatchDatasetV2",
+                           "ParallelBatchDataset", "ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
+                           "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2", "RepeatDataset", "TakeDataset",
+                           "SkipDataset", "ShardDataset", "PrefetchDataset", "OptionsDataset", "ModelDataset",
+                           "OptimizeDataset", "OptimizeDatasetV2", "MaxIntraOpParallelismDataset",
+                           "PrivateThreadPoolDataset", "FilterDataset", "ParallelFilterDataset", "UnbatchDataset",
+                           "UniqueDataset", "TakeWhileDataset"})
 ALL_PARTS = {"Pack": 0, "ConcatV2": -1, "Select": 1, "SelectV2": 1}   # op -> first data input (ConcatV2: all but axis)
 CALLER = ("caller", "")
 
@@ -87,6 +103,22 @@ def attr_functions(av: bytes) -> list[str]:
     return [_text(v, "function name") for raw in lists for n, _, v in fields(raw) if n == 1]
 
 
+def attr_types(av: bytes) -> list[int]:
+    """AttrValue.list (1) -> ListValue.type (6): the dtypes of a list(type) attribute (packed or not)."""
+    out: list[int] = []
+    for num, _, value in fields(av):
+        if num == 1:
+            for n, wire, v in fields(message(value, "attr list")):
+                if n == 6 and wire == 2:
+                    raw, pos = message(v, "attr types"), 0
+                    while pos < len(raw):
+                        t, pos = varint(raw, pos)
+                        out.append(t)
+                elif n == 6:
+                    out.append(number(v, "attr type"))
+    return out
+
+
 def const_strings(node: Node) -> list[str] | None:
     """A Const's string values (its `value` attr: AttrValue.tensor 8 -> TensorProto.string_val 8); None if none."""
     tensors = [message(v, "const tensor") for n, _, v in fields(node.attrs.get("value", b"")) if n == 8]
@@ -104,7 +136,7 @@ class Flow:
     def __init__(self, meta: bytes) -> None:
         self.scopes: dict[str, Scope] = {"": Scope("")}
         self.calls: dict[str, list[tuple[Scope, Node, int]]] = {}
-        self.passed: dict[str, str] = {}              # function -> the op that passes its arguments (no call form)
+        self.passed: dict[str, list[tuple[Scope, Node]]] = {}   # function -> the ops that pass it arguments otherwise
         self.bound: dict[str, list[str]] = {}         # concrete function -> the kinds of the objects bound to it
         self.constants: dict[str, str] = {}           # object id -> its SavedConstant's operation
         self.feeds: set[str] = set()                  # top-level nodes the loader feeds (saver file name, TF1 assets)
@@ -223,7 +255,7 @@ class Flow:
                 if node.op in CALLS:
                     self.calls.setdefault(callee, []).append((scope, node, CALLS[node.op]))
                 else:
-                    self.passed.setdefault(callee, node.op)
+                    self.passed.setdefault(callee, []).append((scope, node))
 
     def origins(self, scope: Scope, ref: str, depth: int = 0) -> list[tuple[str, str]]:
         """("caller", ""), ("literal", the string) or ("graph", what) for each source of the tensor `ref` names."""
@@ -279,8 +311,14 @@ class Flow:
                 out += self.origins(caller, inputs[k + offset], depth)
             else:
                 out.append(("graph", f"a missing argument of {node.op[:80]}"))
-        if scope.name in self.passed:
-            out.append(("graph", f"an argument {self.passed[scope.name][:80]} passes"))
+        for caller, node in self.passed.get(scope.name, []):
+            inputs = _data_inputs(node)
+            if node.op in ELEMENT_FNS and inputs:                # the elements, then the captured values
+                captured = len(attr_types(node.attrs.get("Targuments", b"")))
+                out += self._elements(caller, inputs[0], depth)
+                out += [o for i in inputs[1:1 + captured] for o in self.origins(caller, i, depth)]
+            else:
+                out.append(("graph", f"an argument {node.op[:80]} passes"))
         bound = self.bound.get(scope.name)
         if bound is not None:
             first_bound = len(scope.args) - len(bound)
@@ -296,6 +334,21 @@ class Flow:
                 else:
                     out.append(("graph", f"a bound {kind}"))
         return out or [("graph", "an argument of a function nothing calls")]
+
+    def _elements(self, scope: Scope, ref: str, depth: int) -> list[tuple[str, str]]:
+        """The origins of a dataset's elements: a TensorSliceDataset's or TensorDataset's tensors, through the ops that
+        keep their input's elements (SAME_ELEMENTS); any other dataset's are the graph's."""
+        for _ in range(MAX_DEPTH):
+            node = scope.nodes.get(ref.lstrip("^").split(":")[0])
+            inputs = _data_inputs(node) if node is not None else []
+            if node is None or not inputs:
+                break
+            if node.op in ("TensorSliceDataset", "TensorDataset"):
+                return [o for i in inputs for o in self.origins(scope, i, depth)]
+            if node.op not in SAME_ELEMENTS:
+                return [("graph", f"the elements of {node.op[:80]}")]
+            ref = inputs[0]
+        return [("graph", "the elements of a dataset not followed")]
 
     def outside_assets(self) -> list[str]:
         """AssetFileDef filenames the loader's os.path.join(export_dir, 'assets', name) takes outside the folder."""
