@@ -160,8 +160,8 @@ def image_rows(m: Model, path: ImagePath, images: int) -> list[dict[str, Any]]:
 def wrapper_images(m: Model, images: int, side: int | None = None, batch: int = 1) -> ImagePath | None:
     """--images N (and --image-size, for a tower that reads any size; the batch's images go through the tower in one
     forward): the wrapper's image path, None for N = 0; a usage error for a model whose image path is not modelled."""
-    if images < 0:
-        raise UsageError(f"--images must be 0 or more, got {images}")
+    if not 0 <= images <= 1 << 20:
+        raise UsageError(f"--images must be from 0 to {1 << 20:,}, got {str(images)[:40]}")
     if not images:
         return None
     if side is not None and side <= 0:

@@ -104,7 +104,7 @@ def is_bare_config(path: str) -> bool:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(1 << 22).decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):   # (nested too deep: read as a file, its one-line error)
         return False
     return isinstance(data, dict) and "model_type" in data and "weight_map" not in data
 

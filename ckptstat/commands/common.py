@@ -102,9 +102,12 @@ def seqs(values: list[str]) -> list[int]:
     for v in values:
         for part in v.split(","):
             part = part.strip()
-            if not part.isdigit() or int(part) < 1:
-                raise UsageError(f"--seq takes positive integers (repeat it or use a comma list), got {part!r}")
+            if not (part.isascii() and part.isdigit()) or len(part) > 15 or not 1 <= int(part) <= MAX_COUNT:
+                raise UsageError(f"--seq takes positive integers up to {MAX_COUNT:,} (repeat it or use a comma list), "
+                                 f"got {part[:40]!r}")
             out.append(int(part))
+            if len(out) > MAX_SEQS:
+                raise UsageError(f"--seq takes at most {MAX_SEQS:,} lengths")
     return out
 
 
@@ -113,11 +116,15 @@ def seq_flag(seqs: list[int], frames: int | None, audio_seconds: float | None) -
     return "--frames" if frames is not None else "--audio-seconds" if audio_seconds is not None else "--seq" if seqs else None
 
 
+MAX_COUNT = 1 << 40   # tokens, batch, images, GPUs: past any run (a value past a float's exact range is refused)
+MAX_SEQS = 1_000      # --seq lengths in one report
+
+
 def positive(name: str, value: int | None) -> None:
     from ..errors import UsageError
 
-    if value is not None and value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value}")
+    if value is not None and not 1 <= value <= MAX_COUNT:
+        raise UsageError(f"{name} must be a positive integer up to {MAX_COUNT:,}, got {str(value)[:40]}")
 
 
 FramesOpt = typer.Option(None, "--frames", help="Audio models (Whisper): encoder input in mel frames "

@@ -77,7 +77,7 @@ def from_config(c: Cfg) -> ArchSpec:
     if c.get("router_bias", default=False):
         raise NoAnalyticModel(f"{c.path}: config router_bias true: the classifier's bias is held but not used by the "
                               "forward, not described by the op template")
-    E, Z = c.int("n_routed_experts", default=FROM_CLASS), c.get("zero_expert_num", default=FROM_CLASS) or 0
+    E, Z = c.int("n_routed_experts", default=FROM_CLASS), c.int("zero_expert_num", default=0)
     if not isinstance(Z, int) or Z < 0:
         raise UsageError(f"{c.path}: config zero_expert_num is not a non-negative integer")
     k = c.int("moe_topk", default=FROM_CLASS)

@@ -103,8 +103,8 @@ class Plan:
         if self.zero not in (0, 1, 2, 3):
             raise bad(f"--zero must be 0, 1, 2 or 3, got {self.zero}")
         for flag, v in (("--tp", self.tp), ("--pp", self.pp), ("--gpus", self.gpus)):
-            if v is not None and v < 1:
-                raise bad(f"{flag} must be a positive integer, got {v}")
+            if v is not None and not 1 <= v <= 1 << 24:
+                raise bad(f"{flag} must be a positive integer up to {1 << 24:,}, got {str(v)[:40]}")
         gpus = self.gpus or self.tp * self.pp
         if gpus % (self.tp * self.pp):
             raise bad(f"--gpus {gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}")
@@ -165,7 +165,7 @@ def quantised(m: Model, plan: Plan) -> tuple[Quant | None, str]:
     if plan.weights_dtype in QUANTISED:
         return Quant(plan.weights_dtype), ""
     if plan.weights_dtype is None and plan.mode == "inference":
-        return config_quant(m.quantization)
+        return config_quant(m.quantization, m.config_path or m.path)
     return None, ""
 
 
@@ -204,6 +204,8 @@ def split(m: Model, plan: Plan) -> Split:
         if op.kind == "linear":
             fin, fout = op.in_shape[-1], op.out_shape[-1]
             n = fin * fout
+            if n == 0:   # a zero-width linear (intermediate_size 0): no weight, whatever it is
+                continue
             if op.params == 0:
                 if fout == s.vocab and where == "last":
                     out.tied_embedding = (n, n * wb, n + fout)   # a tied LM head: the word embedding's table

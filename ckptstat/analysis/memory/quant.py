@@ -20,9 +20,12 @@ Both skip `modules_to_not_convert` (quantizers_utils.should_convert_module's rul
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
+
+from ...errors import UsageError
 
 # Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().
 QUANTISED = {
@@ -67,13 +70,14 @@ class Quant:
 
     def converts(self, module: str) -> bool:
         """Whether a block linear of the op template (`layers[24].mlp.experts[32].gate_up_proj (top-4)`) is
-        quantised: MXFP4 the experts only; every other layout every linear but the routers."""
+        quantised: MXFP4 the experts only; every other layout every linear but the routers and the skipped modules
+        (transformers' `should_convert_module`: an entry matching at the name's start, as a regex, or ending it)."""
         name = hf_name(module)
         if self.name == "mxfp4" and ".experts." not in name:
             return False
         if ROUTER.search(module) or ROUTER.search(name):
             return False
-        return not any(re.match(rf"(?:{k})(?:(?<=\.)|(?=\.|$))", name) or name.endswith(k) for k in self.skip)
+        return not any(rx.match(name) or name.endswith(k) for k, rx in _skipped(self.skip))
 
     def bytes(self, fin: int, fout: int) -> float:
         if self.name == "modelopt":   # (codes two a byte, an E4M3 scale a 16 inputs, the fp32 scalars)
@@ -95,6 +99,39 @@ class Quant:
         return f"{what}: {layout}{block}{skip}"
 
 
+MAX_SKIPPED = 10_000   # modules_to_not_convert / ignore entries (each tried against every module the plan names)
+_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+?}][^()]*\)[*+?{]")
+
+
+@functools.cache
+def _skipped(entries: tuple[str, ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """The skipped modules' entries compiled once (validated where Quant is made from a config: `skip_entries`)."""
+    return tuple((k, re.compile(rf"(?:{k})(?:(?<=\.)|(?=\.|$))")) for k in entries)
+
+
+def skip_entries(q: dict, keys: tuple[str, ...], path: str) -> tuple[str, ...]:
+    """A quantization_config's lists of modules left alone, as transformers matches them (regexes): strings, at most
+    MAX_SKIPPED, each a regex Python compiles and none with a quantified group holding a quantifier (`(a+)+`, whose
+    matching takes time exponential in the name); else one line naming the entry."""
+    out: list[str] = []
+    for key in keys:
+        entries = q.get(key) or ()
+        if not isinstance(entries, (list, tuple)) or len(entries) > MAX_SKIPPED or \
+                any(not isinstance(e, str) for e in entries):
+            raise UsageError(f"{path}: quantization_config {key} is not a list of at most {MAX_SKIPPED:,} module names")
+        for e in entries:
+            if _NESTED_QUANTIFIER.search(e) or len(e) > 1024:
+                raise UsageError(f"{path}: quantization_config {key} entry {e[:80]!r} nests quantifiers or is over "
+                                 "1,024 characters: matching it can take time exponential in a module's name")
+            try:
+                re.compile(e)
+            except re.error as err:
+                raise UsageError(f"{path}: quantization_config {key} entry {e[:80]!r} is not a regular expression "
+                                 f"({err})") from None
+        out += entries
+    return tuple(dict.fromkeys(out))
+
+
 def hf_name(module: str) -> str:
     """The transformers module name of an op template's module, one layer standing for all:
     `layers[24 sliding].mlp.experts[32].down_proj (top-4)` -> `model.layers.0.mlp.experts.down_proj`."""
@@ -104,27 +141,32 @@ def hf_name(module: str) -> str:
     return name if name.startswith(("model.", "lm_head")) else f"model.{name}"
 
 
-def config_quant(q: dict | None) -> tuple[Quant | None, str]:
+def config_quant(q: dict | None, path: str = "config.json") -> tuple[Quant | None, str]:
     """(the layout a bare config's quantization_config stores its weights in, or None; a note when it names
-    a method the planner does not model)."""
+    a method the planner does not model). Values the plan would divide by or match with are checked first: one line
+    naming the key."""
     if not q:
         return None, ""
     method = str(q.get("quant_method") or "")
-    skip = tuple(str(x) for x in q.get("modules_to_not_convert") or ())
+    skip = skip_entries(q, ("modules_to_not_convert",), path)
     src = f"config.json quantization_config ({method})"
     if method == "mxfp4" and not q.get("dequantize"):
         return Quant("mxfp4", skip, None, src), ""
     if method == "fp8" and not q.get("dequantize"):
         b = q.get("weight_block_size")
-        block = (int(b[0]), int(b[1])) if isinstance(b, (list, tuple)) and len(b) == 2 else None
-        return Quant("fp8", skip, block, src), ""
+        if b is not None and not (isinstance(b, (list, tuple)) and len(b) == 2 and
+                                  all(type(x) is int and 0 < x <= 1 << 31 for x in b)):
+            raise UsageError(f"{path}: quantization_config weight_block_size = {str(b)[:80]} is not two positive "
+                             "integers")
+        return Quant("fp8", skip, (b[0], b[1]) if b is not None else None, src), ""
     algo = str(q.get("quant_algo") or "").upper()
     if method == "modelopt" and algo in ("NVFP4", "FP8"):
         groups = q.get("config_groups")
         acts = any(isinstance(g, dict) and isinstance(g.get("input_activations"), dict)
                    for g in (groups.values() if isinstance(groups, dict) else ()))
-        ignore = tuple(str(x) for x in q.get("ignore") or q.get("exclude_modules") or ())
-        return Quant("modelopt" if algo == "NVFP4" else "modelopt-fp8", skip + ignore, None, src, 4, 16, acts), ""
+        ignore = skip_entries(q, ("ignore",) if q.get("ignore") else ("exclude_modules",), path)
+        return Quant("modelopt" if algo == "NVFP4" else "modelopt-fp8", tuple(dict.fromkeys(skip + ignore)), None, src,
+                     4, 16, acts), ""
     bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size", 128))
     fmt = str(q.get("checkpoint_format") or q.get("format") or q.get("version") or "").lower()
     if (method in CONFIG_LAYOUTS and isinstance(bits, int) and bits in ((2, 3, 4, 8) if method == "gptq" else (2, 4, 8))

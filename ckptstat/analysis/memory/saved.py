@@ -50,7 +50,7 @@ from typing import Any
 
 from ... import families
 from ...census.model import Model
-from ...errors import NoAnalyticModel
+from ...errors import NoAnalyticModel, UsageError
 from ...families import decoder_layout, get
 from ...families.framework.base import ArchSpec, class_default
 from ...families.framework.graph import build
@@ -165,7 +165,11 @@ def _number(s: ArchSpec, cfg: Mapping[str, Any], key: str) -> float | None:
     v = sub.get(last) if isinstance(sub, dict) else None
     if v is None:
         v = class_default(".".join([s.model_type, *outer]), last)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    if not -1e300 < v < 1e300:   # a 400-digit integer, inf, nan
+        raise UsageError(f"config {key} = {str(v)[:40]} is not a number the planner can use")
+    return float(v)
 
 
 def _flag(s: ArchSpec, cfg: Mapping[str, Any], key: str) -> bool:
@@ -444,7 +448,10 @@ def text_saved(m: Model, b: int, n: int, ab: float, eager: bool, layers_run: int
     last_ops = [op for op in ops if op.bucket not in ("embedding", "cls", "pooler") and not LAYER_OP.search(op.module)]
     if not layer_ops:
         return None
-    return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config or {}, rb)
+    try:
+        return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config or {}, rb)
+    except UsageError as e:   # a config value the activations cannot use (_number): name the file
+        raise UsageError(f"{m.config_path or m.path}: {e}") from None
 
 
 def korthikanti(s: ArchSpec, b: int, n: int, ab: float, t: int, eager: bool, meta: bool) -> tuple[float, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ class Cfg:
     def __init__(self, cfg: Mapping[str, Any], path: str, model_type: str, head: str, common: dict[str, Any]):
         self.cfg, self.path, self.model_type, self.head = cfg, path, model_type, head
         self.common = common           # ArchSpec fields resolved before the family: family, model_type, head...
-        self.blocks = 1                # product of the nested loop counts read so far (_NESTED)
+        self.loops: dict[str, int] = {}   # the nested loop counts read so far (_NESTED), by the name the file holds them
 
     def get(self, *keys: str, default: object = KeyError) -> Any:
         """The first key present, under its own name, the other name its config class gives it
@@ -187,11 +188,12 @@ class Cfg:
                              f"{'positive' if keys[0] in _POSITIVE else 'non-negative'} integer up to {_MAX_INT:,}")
         if keys[0] in _LOOPED and v > _MAX_BLOCKS:
             raise UsageError(f"{self.path}: config {self.found(*keys)} = {v:,} is more than the {_MAX_BLOCKS:,} ckptstat models")
-        if keys[0] in _NESTED:
-            if self.blocks * max(v, 1) > _MAX_BLOCKS:
+        if keys[0] in _NESTED:   # a count read twice (or under another name) is one loop
+            loops = {**self.loops, self.found(*keys): max(v, 1)}
+            if math.prod(loops.values()) > _MAX_BLOCKS:
                 raise UsageError(f"{self.path}: config {self.found(*keys)} = {v:,} makes more than {_MAX_BLOCKS:,} blocks "
                                  "(layers x experts x groups) for ckptstat to model")
-            self.blocks *= max(v, 1)
+            self.loops = loops
         return v
 
 
@@ -256,7 +258,9 @@ _LOOPED = {"num_decoder_layers", "encoder_layers", "decoder_layers"}   # looped 
 
 # Sizes that divide others or that a model cannot lack.
 _POSITIVE = {"hidden_size", "num_attention_heads", "n_embd", "n_head", "dim", "n_heads", "d_model", "num_heads",
-             "d_kv", "head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok"}
+             "d_kv", "head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok",
+             "encoder_attention_heads", "decoder_attention_heads", "max_source_positions", "block_size", "chunk_size",
+             "mamba_chunk_size", "time_step_rank", "mamba_dt_rank", "num_mem_blocks"}
 
 
 def no_pooler(model_type: str, head: str) -> bool:

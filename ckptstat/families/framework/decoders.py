@@ -87,6 +87,8 @@ def sliding(c: Cfg, layers: int) -> dict[str, Any]:
         window = None
     if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
         return dict(sliding_window=None, sliding_layers=())
+    if window > 1 << 31:
+        raise UsageError(f"{c.path}: config sliding_window = {str(window)[:40]} is more than {1 << 31:,} tokens")
     types = c.cfg.get("layer_types")
     if types is None and c.model_type in _MAX_WINDOW_LAYERS:
         first = c.int("max_window_layers", default=28)

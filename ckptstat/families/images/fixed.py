@@ -89,7 +89,7 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
                                                          int(config_value(cfg, "projection_dim")), True),),
                          "the tower's last hidden state, multi_modal_projector.linear")
     # Gemma 3: the patch grid average-pooled to mm_tokens_per_image, RMS-normed, times mm_input_projection_weight
-    per_side, grid = int(config_value(cfg, "mm_tokens_per_image") ** 0.5), native // patch
+    per_side, grid = int(sizes(cfg, "mm_tokens_per_image")[0] ** 0.5), native // patch
     kernel = grid // per_side if per_side else 0
     if not kernel:
         raise UsageError(f"--images: {mt}'s {grid}x{grid} patch grid cannot pool to mm_tokens_per_image "

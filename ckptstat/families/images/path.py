@@ -61,8 +61,9 @@ def sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
     out = []
     for k in keys:
         v = config_value(sub, k)
-        if type(v) is not int or v <= 0:
-            raise UsageError(f"--images: the {sub.get('model_type')} config's {k} is {v!r}, not a positive integer")
+        if type(v) is not int or not 0 < v <= 1 << 31:
+            raise UsageError(f"--images: the {sub.get('model_type')} config's {k} is {str(v)[:40]}, not a positive "
+                             "integer up to 2^31")
         out.append(v)
     return out
 
