@@ -20,7 +20,7 @@ from ckptstat.formats.tf_bundle.wire import fields
 
 ROOT = os.path.join(FIXTURES, "tf-saved-model-ops")
 # the names TensorFlow's registry gives the inputs PATH_INPUTS reads as paths
-PATH_NAMES = {"prefix", "filename", "file_pattern", "checkpoint_prefixes", "destination_prefix", "filenames",
+PATH_NAMES = {"prefix", "filename", "file_pattern", "pattern", "checkpoint_prefixes", "destination_prefix", "filenames",
               "patterns", "data_source_name", "path", "snapshot_path", "chunk_file", "shard_dir", "ckpt_path",
               "new_vocab_file", "old_vocab_file"}
 
@@ -138,6 +138,8 @@ def test_hostile_paths_joined_onto_the_callers(tmp_path, cli):
         "a separator climbing": (_const("c", "x") + _node("p", "StringJoin", "fed", "c", attrs=separator), True),
         "a literal first": (_const("root", "/tmp/x") + _node("p", "StringJoin", "root", "fed"), True),
         "an op's output after": (_node("n", "AsString", "fed") + _node("p", "StringJoin", "fed", "n"), True),
+        "an empty name, sharded (a file in the loading process's folder)": (
+            _const("e", "") + _const("i", "") + _node("p", "ShardedFilename", "e", "i", "i"), True),
     }
     for what, (nodes, unsafe) in cases.items():
         path = _saved_model(tmp_path, _node("fed", "Placeholder") + nodes + _save_at("p"))
@@ -148,7 +150,12 @@ def test_hostile_paths_joined_onto_the_callers(tmp_path, cli):
 def test_chains_and_loops_of_ops(tmp_path, cli):
     chain = _const("i0", "/tmp/x") + b"".join(_node(f"i{k}", "Identity", f"i{k - 1}") for k in range(1, 5000))
     loop = _node("a", "Identity", "b") + _node("b", "Identity", "a")
-    for nodes, start in ((chain, "i4999"), (loop, "a")):
+    # each level joins the one before with itself: 2^60 origins if they were copied, not kept distinct
+    packs = _const("d0", "/tmp/x") + b"".join(_node(f"d{k}", "Pack", f"d{k - 1}", f"d{k - 1}") for k in range(1, 60))
+    joins = _const("j0", "/tmp/x") + b"".join(_node(f"j{k}", "StringJoin", f"j{k - 1}", f"j{k - 1}") for k in range(1, 60))
+    wide = _const("w", "/tmp/x") + _node("pack", "Pack", *(["w"] * 200_000)) + \
+        b"".join(_node(f"s{k}", "SaveV2", "pack", "names", "slices", "t") for k in range(2000))
+    for nodes, start in ((chain, "i4999"), (loop, "a"), (packs, "d59"), (joins, "j59"), (wide, "pack")):
         rc, out, err = cli("scan", _saved_model(tmp_path, nodes + _save_at(start)), "--json")
         r = json.loads(out)
         assert (rc, r["status"], r["unsafe_globals"]) == (1, "unsafe", ["tf op SaveV2"]), err

@@ -33,10 +33,12 @@ from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families import get
 from ..families.framework.archspec import SEQ_UNITS, ArchSpec
-from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures
+from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures, check_layer_counts
 from ..families.framework.ops import Op
 from ..formats.registry import load_config, open_checkpoint
 from .torch_flops import flop_counter
+
+MAX_META_LAYERS = 512   # transformers builds (and the forward runs) every layer: ~10 ms each on the meta device
 
 HINT = "with the `run` extra installed (pip install 'ckptstat[run]'), transformers would compute it on the meta device"
 PROBE_SEQ = 8      # the forward the cache rule is read from (tokens)
@@ -219,7 +221,7 @@ class MetaModel:
         if self.inputs not in INPUTS:
             raise NotRunnable(f"{self.path}: {names[0]} reads {self.inputs}; the meta path runs models reading "
                               + ", ".join(INPUTS.values()))
-        _check_layers(self.cfg, self.path)
+        check_layer_counts(self.cfg, self.path, MAX_META_LAYERS)
         try:
             self.config = T.AutoConfig.for_model(**{k: v for k, v in self.cfg.items() if k != "auto_map"})
             self._build(getattr(T, names[0]), torch.bfloat16)
@@ -514,28 +516,6 @@ class MetaModel:
 
 ACTIVE_RULE = ("active parameters: each routed-experts module's parameters x top_k / num_experts (num_experts_per_tok "
                "of its stacked experts), everything else (routers, shared experts, attention, embeddings) whole")
-
-
-MAX_META_LAYERS = 512   # transformers builds (and the forward runs) every layer: ~10 ms each on the meta device
-_LAYER_COUNT = re.compile(r"(^|_)(n_)?layers?$|^depths?$")
-
-
-def _check_layers(cfg: Mapping[str, Any], path: str) -> None:
-    """Refuse, in one line, a config (or sub-config) whose layer counts are negative or past MAX_META_LAYERS before
-    transformers builds them (a 1 KB config of 50,000 layers took minutes and gigabytes)."""
-    stack: list[Any] = [cfg]
-    for _ in range(100_000):
-        if not stack:
-            return
-        node = stack.pop()
-        items = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
-        for k, v in items:
-            if isinstance(v, (Mapping, list)):
-                stack.append(v)
-            elif isinstance(k, str) and _LAYER_COUNT.search(k) and type(v) is int and not 0 <= v <= MAX_META_LAYERS:
-                raise UsageError(f"{path}: config {k} = {str(v)[:24]} is not a layer count from 0 to {MAX_META_LAYERS:,}, "
-                                 "what the meta path builds")
-    raise UsageError(f"{path}: config holds more than 100,000 values for the meta path to check")
 
 
 def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpoint_params: int | None = None,

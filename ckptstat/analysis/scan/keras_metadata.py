@@ -7,7 +7,11 @@ format (tf_keras/src/saving/legacy/saved_model/load.py): a `Lambda` layer's func
 that it rebuilds and calls while it rebuilds the model, with no safe_mode (measured with tf_keras 2.21:
 fixtures/make_keras_saved_model.py). Class names resolve among Keras' own and the caller's registered objects; a
 config's `module` is not imported (measured: the layer is then revived from its traced functions instead). So a
-Lambda (or `__lambda__` function) anywhere in a node's config is a finding; nothing else in the metadata runs code.
+Lambda (or `__lambda__` function) anywhere in a node's config is a finding. A `TFOpLambda` (or `SlicingOpLambda`)
+layer calls the TensorFlow API function its config names (`tf.` + `function`, any exported symbol: a red-team run
+made one `io.read_file`, measured reading a file when the model was called): one under a namespace that reaches files,
+the network, Python or native code (TF_API_REACHING) is a finding; the arithmetic ops such layers ordinarily hold
+(`math.add`, `reshape`, `__operators__.getitem`...) are not.
 The graphs beside it in `saved_model.pb` are judged by analysis/scan/saved_model.py."""
 from __future__ import annotations
 
@@ -20,10 +24,32 @@ from .keras import PastBounds, config_findings, load_config
 from .torch_load import plain_report
 
 NAME = "keras_metadata.pb"
+# tf.* namespaces and functions whose calls reach files, servers, Python or native code (the TF 2.21 API's)
+TF_API_REACHING = ("io.", "data.", "summary.", "debugging.", "raw_ops.", "compat.", "saved_model.", "train.",
+                   "experimental.", "config.", "distribute.", "tpu.", "profiler.", "keras.", "lookup.", "autograph.",
+                   "sysconfig.", "feature_column.", "print", "py_function", "numpy_function", "load_op_library",
+                   "load_library", "random.fixed_unigram_candidate_sampler", "nn.fixed_unigram_candidate_sampler")
+OP_LAMBDAS = ("TFOpLambda", "SlicingOpLambda")
 LOADER = "tf_keras.models.load_model"
 FORMAT = "Keras 2 SavedModel metadata"
 RUNS = f"its function is marshalled Python bytecode, which {LOADER} rebuilds and calls as it rebuilds the model"
 HOW = f"not torch.load's: {LOADER} rebuilds the layers from this metadata (a Lambda's function runs then: no safe_mode)"
+
+
+def _op_lambdas(config: object) -> list[tuple[str, str]]:
+    """(class, function) of every TFOpLambda / SlicingOpLambda in a config, walked without recursion (load_config
+    bounds the values)."""
+    out, stack = [], [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            inner = node.get("config")
+            if node.get("class_name") in OP_LAMBDAS and isinstance(inner, dict) and isinstance(inner.get("function"), str):
+                out.append((str(node["class_name"]), inner["function"]))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
 
 
 def judge_keras_metadata(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
@@ -47,6 +73,10 @@ def judge_keras_metadata(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
             findings += [{"record": where, "offset": 0, "file_offset": None, "opcode": "Lambda",
                           "global": f"{k.where}: {k.what}", "why": RUNS}
                          for k in config_findings(config, where, path) if k.kind == "bytecode"]
+            findings += [{"record": where, "offset": 0, "file_offset": None, "opcode": "TFOpLambda",
+                          "global": f"{where}: {cls} calling tf.{function[:80]}",
+                          "why": f"{LOADER} rebuilds the layer, which calls tf.{function[:80]} when the model runs"}
+                         for cls, function in _op_lambdas(config) if function.startswith(TF_API_REACHING)]
     except PastBounds as e:
         return plain_report(path, FORMAT, HOW, [], [], [e.reason], [], f"UNKNOWN: {e.reason}")
     except (Bad, UnicodeDecodeError, ValueError) as e:
@@ -55,9 +85,12 @@ def judge_keras_metadata(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
         raise CorruptCheckpointError(path, "a keras_metadata.pb without a layer: not a Keras SavedModel metadata file")
     notes = [f"{nodes:,} layers and objects described"]
     if not findings:
-        return plain_report(path, FORMAT, HOW, [], [], [], notes, "safe: no Lambda layer or __lambda__ function in the "
-                            "layers' configs (their module names are not imported by tf_keras' legacy revival)")
-    return plain_report(path, FORMAT, HOW, findings, ["keras Lambda (marshalled bytecode)"], [], notes,
-                        f"UNSAFE: {LOADER} would run the Python bytecode of: "
+        return plain_report(path, FORMAT, HOW, [], [], [], notes, "safe: no Lambda layer, __lambda__ function or "
+                            "TFOpLambda reaching files, servers or code in the layers' configs (their module names "
+                            "are not imported by tf_keras' legacy revival)")
+    kinds = sorted({"keras Lambda (marshalled bytecode)" if fd["opcode"] == "Lambda" else "keras TFOpLambda "
+                    "reaching files, servers or code" for fd in findings})
+    return plain_report(path, FORMAT, HOW, findings, kinds, [], notes,
+                        f"UNSAFE: {LOADER} would run the Python bytecode, or the TensorFlow functions, of: "
                         + "; ".join(fd["global"] for fd in findings[:4])
                         + (f" ... ({len(findings)} in all)" if len(findings) > 4 else ""))

@@ -7,15 +7,16 @@ reach outside the model is an op that touches the file system or the network. Ev
 graph and of its function library is read by op (they run when their function runs: at load for the initializers,
 or when the restored model is called):
 
-- FILE_OPS are findings wherever they are (ReadFile, WriteFile, MatchingFiles, the queue readers, the tf.data
-  service's network ops...);
-- PATH_INPUTS are the ops a saver, an asset table or an input pipeline uses with a path the caller gives (SaveV2 and
-  MergeV2Checkpoints at the variables folder, InitializeTableFromTextFileV2 at an asset, TextLineDataset of a
-  signature's input): each is a finding only where the graph itself chooses the path (a constant, a captured
-  constant, a constant passed to another function: analysis/scan/tf_graph.py follows it), an empty path (an
-  in-memory cache) none;
+- FILE_OPS are findings wherever they are (the queue readers, the tf.data service's and RPC's network ops, the
+  tensor dumps...);
+- PATH_INPUTS are the ops that read, write or list files at a path a tensor gives (ReadFile, WriteFile,
+  MatchingFiles, SaveV2 and MergeV2Checkpoints at the variables folder, InitializeTableFromTextFileV2 at an asset,
+  TextLineDataset of a signature's input): each is a finding only where the graph itself chooses the path (a
+  constant, a captured constant, a constant passed to another function, a TF1 tensor the loader feeds only to the
+  saver or the asset tables, used elsewhere: analysis/scan/tf_graph.py follows it); an in-memory cache's empty
+  name is none, any other empty name a path relative to the loading process's folder;
 - URL_ATTRS: ops whose attribute names a file or server (PrintV2's `file://` output stream, the Debug ops'
-  `debug_urls`, DecodeProtoV2's `descriptor_source` file);
+  `debug_urls`, DecodeProtoV2's `descriptor_source` file, FixedUnigramCandidateSampler's `vocab_file`);
 - an AssetFileDef whose filename is absolute or climbs out (the loader joins it onto `assets/`) is a finding.
 
 Python callbacks (PyFunc, EagerPyFunc) call a function registered in the loading process, which the file cannot
@@ -29,7 +30,7 @@ from typing import IO, Any
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError
 from ...formats.tf_bundle.wire import Bad, fields, message
-from .tf_graph import CALLER, Flow, Node, Scope, attr_strings
+from .tf_graph import Flow, Node, Scope, attr_strings
 from .torch_load import plain_report
 
 NAME = "saved_model.pb"
@@ -38,10 +39,8 @@ LOADER = "tf.saved_model.load"
 # summary_ops.cc, dataset_ops.cc, experimental_dataset_ops.cc, data_service_ops.cc; array_ops.cc ImmutableConst)
 _QUEUE = "reads the files a queue names"
 _SERVICE = "connects to the tf.data service at the address a graph tensor names"
+_RPC = "serves or calls remote procedures at the address a graph tensor names (network)"
 FILE_OPS = {
-    "ReadFile": "reads the file a graph tensor names",
-    "WriteFile": "writes the file a graph tensor names",
-    "MatchingFiles": "lists the files a graph pattern matches",
     "ImmutableConst": "memory-maps the file its memory_region_name names",
     "WholeFileReader": _QUEUE, "WholeFileReaderV2": _QUEUE, "TextLineReader": _QUEUE, "TextLineReaderV2": _QUEUE,
     "TFRecordReader": _QUEUE, "TFRecordReaderV2": _QUEUE, "FixedLengthRecordReader": _QUEUE,
@@ -55,10 +54,15 @@ FILE_OPS = {
     "DataServiceDataset": _SERVICE, "DataServiceDatasetV2": _SERVICE, "DataServiceDatasetV3": _SERVICE,
     "DataServiceDatasetV4": _SERVICE, "RegisterDataset": _SERVICE, "RegisterDatasetV2": _SERVICE,
     "DistributedSave": _SERVICE,
+    "RpcServer": _RPC, "RpcClient": _RPC, "RpcServerStart": _RPC, "RpcServerRegister": _RPC, "RpcCall": _RPC,
+    "DumpTensor": "writes the tensors it sees into the folder its log_dir_path names",
+    "CalibrationStatisticsSaver": "writes statistics into the file its output_file_path names",
 }
 # op -> (the inputs that are paths, what it does there): a finding where the graph chooses the path (module doc)
 _CKPT_W, _CKPT_R, _READS = "writes a checkpoint at", "reads a checkpoint at", "reads the files"
 PATH_INPUTS = {
+    "ReadFile": ((0,), "reads the file"), "WriteFile": ((0,), "writes the file"),
+    "MatchingFiles": ((0,), "lists the files matching"),
     "SaveV2": ((0,), _CKPT_W), "Save": ((0,), _CKPT_W), "SaveSlices": ((0,), _CKPT_W),
     "MergeV2Checkpoints": ((0, 1), "merges checkpoints, deleting the merged ones and their folders, at"),
     "RestoreV2": ((0,), _CKPT_R), "Restore": ((0,), _CKPT_R), "RestoreSlice": ((0,), _CKPT_R),
@@ -88,7 +92,9 @@ URL_ATTRS = {
     "DebugNumericSummary": _DEBUG,
     "DecodeProtoV2": ("descriptor_source", "reads the descriptor set file"),
     "EncodeProto": ("descriptor_source", "reads the descriptor set file"),
+    "FixedUnigramCandidateSampler": ("vocab_file", "reads the vocabulary file"),
 }
+IN_MEMORY = ("CacheDataset", "CacheDatasetV2")   # an empty file name: the cache is kept in memory
 CALLBACKS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 
 
@@ -103,12 +109,11 @@ def _url_finding(op: str, node: Node) -> str:
     return f"{does} {', '.join(repr(v[:80]) for v in values[:3])}" if values else ""
 
 
-def _path_finding(flow: Flow, scope: Scope, op: str, node: Node) -> str:
-    """What an op of PATH_INPUTS does where the graph chooses its path ("" where the caller does, or it is empty)."""
-    positions, does = PATH_INPUTS[op]
-    inputs = [i for i in node.inputs if not i.startswith("^")]
-    chosen = [o for k in positions if k < len(inputs) for o in flow.origins(scope, inputs[k]) if o != CALLER]
-    if not chosen or all(o == ("literal", "") for o in chosen):            # an empty name: no file (cache())
+def _path_finding(flow: Flow, scope: Scope, name: str, node: Node) -> str:
+    """What an op of PATH_INPUTS does where the graph chooses its path ("" where the caller does)."""
+    positions, does = PATH_INPUTS[node.op]
+    chosen = flow.chosen(scope, name, node, positions)
+    if not chosen or (node.op in IN_MEMORY and all(o == ("literal", "") for o in chosen)):
         return ""
     named = list(dict.fromkeys(repr(what[:120]) if kind == "literal" else what for kind, what in chosen))
     return f"{does} {', '.join(named[:3])}" + (f" (and {len(named) - 3} more)" if len(named) > 3 else "") + \
@@ -126,10 +131,10 @@ def _judge_meta_graph(meta: bytes, index: int, ops: Counter[str], findings: list
 
     for scope in flow.scopes.values():
         where = f"'s function {scope.name[:80]!r} runs it: it" if scope.name else "'s graph runs it: it"
-        for node in scope.nodes.values():
+        for name, node in scope.nodes.items():
             op = node.op
             ops[op] += 1
-            why = FILE_OPS.get(op) or (_path_finding(flow, scope, op, node) if op in PATH_INPUTS else "") or \
+            why = FILE_OPS.get(op) or (_path_finding(flow, scope, name, node) if op in PATH_INPUTS else "") or \
                 (_url_finding(op, node) if op in URL_ATTRS else "")
             if why:
                 finding(f"tf op {op}", why, where)

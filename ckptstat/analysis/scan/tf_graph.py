@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from ...formats.tf_bundle.wire import Bad, fields, message, number, varint
 
 MAX_DEPTH = 128                # levels of ops followed back (each two or three Python frames)
+MAX_ORIGINS = 8                # distinct origins kept a tensor (a Pack of itself doubles nothing)
 CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
          "StatelessCase": 1, "While": 0, "StatelessWhile": 0}          # op -> inputs before the callee's arguments
-PASS_FIRST = ("Identity", "ReadVariableOp", "Snapshot", "StopGradient", "Reshape", "ExpandDims", "Squeeze", "ShardedFilename",
+PASS_FIRST = ("Identity", "ReadVariableOp", "MatchingFiles", "Snapshot", "StopGradient", "Reshape", "ExpandDims",
+              "Squeeze", "ShardedFilename",
               "EnsureShape", "CheckNumerics")
 # dataset ops whose function gets the input dataset's elements and then `Targuments` captured values, and the
 # dataset ops whose elements are their input dataset's (tensorflow/core/ops/dataset_ops.cc)
@@ -36,8 +38,8 @@ ELEMENT_FNS = frozenset({"MapDataset", "ParallelMapDataset", "ParallelMapDataset
                          "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4",
                          "LegacyParallelInterleaveDatasetV2", "FilterDataset", "ParallelFilterDataset",
                          "TakeWhileDataset", "MapAndBatchDataset"})
-SAME_ELEMENTS = frozenset({"BatchDataset", "BatchDatasetV2", "PaddedBatchDataset", "PaddedBatchDatasetV2",
-                           "ParallelBatchDataset", "ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
+SAME_ELEMENTS = frozenset({"BatchDataset", "BatchDatasetV2", "ParallelBatchDataset", "ShuffleDataset",
+                           "ShuffleDatasetV2", "ShuffleDatasetV3",
                            "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2", "RepeatDataset", "TakeDataset",
                            "SkipDataset", "ShardDataset", "PrefetchDataset", "OptionsDataset", "ModelDataset",
                            "OptimizeDataset", "OptimizeDatasetV2", "MaxIntraOpParallelismDataset",
@@ -45,6 +47,7 @@ SAME_ELEMENTS = frozenset({"BatchDataset", "BatchDatasetV2", "PaddedBatchDataset
                            "UniqueDataset", "TakeWhileDataset"})
 ALL_PARTS = {"Pack": 0, "ConcatV2": -1, "Select": 1, "SelectV2": 1}   # op -> first data input (ConcatV2: all but axis)
 CALLER = ("caller", "")
+TABLE_INITS = ("InitializeTableFromTextFile", "InitializeTableFromTextFileV2")   # what a TF1 asset's feed reaches
 
 
 @dataclass
@@ -139,7 +142,9 @@ class Flow:
         self.passed: dict[str, list[tuple[Scope, Node]]] = {}   # function -> the ops that pass it arguments otherwise
         self.bound: dict[str, list[str]] = {}         # concrete function -> the kinds of the objects bound to it
         self.constants: dict[str, str] = {}           # object id -> its SavedConstant's operation
-        self.feeds: set[str] = set()                  # top-level nodes the loader feeds (saver file name, TF1 assets)
+        self.saver_feed = ""                          # TF1: the saver's file name tensor, fed while it saves or restores
+        self.saver_scope = ""                         # ... and the name scope of the saver's ops ("save/")
+        self.asset_feeds: set[str] = set()            # TF1: the constants the loader feeds asset paths to, for init ops
         self.assets: list[str] = []                   # AssetFileDef filenames
         self._memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
         objects: list[tuple[str, str]] = []
@@ -147,9 +152,11 @@ class Flow:
         for num, _, value in fields(meta):
             if num == 2:
                 self._graph(message(value, "graph"))
-            elif num == 3:                                           # SaverDef.filename_tensor_name (1)
-                self.feeds.update(_text(v, "saver file name").split(":")[0]
-                                  for n, _, v in fields(message(value, "saver")) if n == 1)
+            elif num == 3:             # SaverDef: filename_tensor_name 1, save_tensor_name 2, restore_op_name 3
+                saver = {n: _text(v, "saver") for n, _, v in fields(message(value, "saver")) if n in (1, 2, 3)}
+                self.saver_feed = saver.get(1, "").split(":")[0]
+                restore = saver.get(3, "")
+                self.saver_scope = restore[:restore.rindex("/") + 1] if "/" in restore else ""
             elif num == 4:                                           # collection_def: TF1's assets (ASSETS_KEY)
                 entry = {k: v for k, _, v in fields(message(value, "collection"))}
                 if entry.get(1) == b"saved_model_assets":          # CollectionDef.any_list 5 -> value 1 -> Any.value 2
@@ -175,14 +182,14 @@ class Flow:
                 self._note_calls(scope, node)
                 inputs = _data_inputs(node)
                 if node.op == "AssignVariableOp" and len(inputs) > 1:
-                    self.assigned.setdefault((scope.name, inputs[0].split(":")[0]), []).append(inputs[1])
+                    self.assigned.setdefault(self._variable(scope, inputs[0]), []).append(inputs[1])
 
     def _asset(self, raw: bytes) -> None:
         """AssetFileDef: tensor_info 1 (TensorInfo name 1: the constant the loader feeds), filename 2."""
         for n, _, v in fields(raw):
             if n == 1:
-                self.feeds.update(_text(t, "asset tensor").split(":")[0]
-                                  for k, _, t in fields(message(v, "tensor info")) if k == 1)
+                self.asset_feeds.update(_text(t, "asset tensor").split(":")[0]
+                                        for k, _, t in fields(message(v, "tensor info")) if k == 1)
             elif n == 2:
                 self.assets.append(_text(v, "asset file name"))
 
@@ -257,6 +264,19 @@ class Flow:
                 else:
                     self.passed.setdefault(callee, []).append((scope, node))
 
+    def _variable(self, scope: Scope, ref: str) -> tuple[str, str]:
+        """The variable a resource handle names: through Identity to its VarHandleOp, which its `shared_name` names
+        (two VarHandleOps of one shared_name are one variable), else the tensor's own name."""
+        name = ref.lstrip("^").split(":")[0]
+        for _ in range(MAX_DEPTH):
+            node = scope.nodes.get(name)
+            if node is None or node.op != "Identity" or not _data_inputs(node):
+                break
+            name = _data_inputs(node)[0].split(":")[0]
+        node = scope.nodes.get(name)
+        shared = attr_strings(node.attrs.get("shared_name", b"")) if node is not None and node.op == "VarHandleOp" else []
+        return scope.name, (f"shared:{shared[0]}" if shared and shared[0] else name)
+
     def origins(self, scope: Scope, ref: str, depth: int = 0) -> list[tuple[str, str]]:
         """("caller", ""), ("literal", the string) or ("graph", what) for each source of the tensor `ref` names."""
         name = ref.lstrip("^").split(":")[0]
@@ -266,7 +286,7 @@ class Flow:
         if depth > MAX_DEPTH:
             return [("graph", "a chain of ops too deep to follow")]
         self._memo[key] = [("graph", "a loop of ops")]                        # until known: a cycle is the graph's
-        self._memo[key] = out = self._origins(scope, name, depth + 1)
+        self._memo[key] = out = list(dict.fromkeys(self._origins(scope, name, depth + 1)))[:MAX_ORIGINS]
         return out
 
     def _origins(self, scope: Scope, name: str, depth: int) -> list[tuple[str, str]]:
@@ -277,8 +297,10 @@ class Flow:
             return [("graph", f"the unknown input {name[:80]!r}")]
         inputs = _data_inputs(node)
         top = not scope.name
-        if top and (node.op == "Placeholder" or name in self.feeds):
+        if top and node.op == "Placeholder":
             return [CALLER]
+        if top and (name == self.saver_feed or name in self.asset_feeds):   # the caller's only where it is fed
+            return [("fed", name)]
         if node.op == "Const":
             strings = const_strings(node)
             return [("literal", s) for s in strings] if strings else [("graph", "a constant")]
@@ -289,13 +311,15 @@ class Flow:
             if node.op != "StringJoin":
                 return first
             rest = [o for i in inputs[1:] for o in self.origins(scope, i, depth)]
-            joined = "".join(attr_strings(node.attrs.get("separator", b""))) + "".join(w for _, w in rest)
-            if all(o == CALLER for o in first) and all(kind == "literal" for kind, _ in rest) and ".." not in joined:
-                return [CALLER]
-            return [o for o in first if o != CALLER] + [o for o in rest if o != CALLER] or \
-                [("graph", "a path joined onto the caller's")]
+            separator = "".join(attr_strings(node.attrs.get("separator", b"")))
+            joined = separator + "".join(w for _, w in rest)
+            if all(kind in ("caller", "fed") for kind, _ in first) and all(kind == "literal" for kind, _ in rest) \
+                    and ".." not in joined:
+                return first
+            out = [o for o in first + rest if o != CALLER] + ([("literal", separator)] if separator else [])
+            return out or [("graph", "a path joined onto the caller's")]
         if node.op == "VarHandleOp":
-            values = self.assigned.get((scope.name, name), [])
+            values = self.assigned.get(self._variable(scope, name), [])
             return [o for v in values for o in self.origins(scope, v, depth)] or [("graph", "a variable's value")]
         if node.op in ALL_PARTS:
             parts = inputs[:-1] if ALL_PARTS[node.op] < 0 else inputs[ALL_PARTS[node.op]:]
@@ -311,6 +335,8 @@ class Flow:
                 out += self.origins(caller, inputs[k + offset], depth)
             else:
                 out.append(("graph", f"a missing argument of {node.op[:80]}"))
+            if node.op in ("While", "StatelessWhile"):       # the body's outputs come round as its arguments
+                out.append(("graph", "a value a while loop carries"))
         for caller, node in self.passed.get(scope.name, []):
             inputs = _data_inputs(node)
             if node.op in ELEMENT_FNS and inputs:                # the elements, then the captured values
@@ -327,13 +353,34 @@ class Flow:
             else:
                 kind = bound[k - first_bound]
                 op = self.constants.get(f"{scope.name}/{k - first_bound}")
+                const = self.scopes[""].nodes.get(op) if op is not None else None
                 if kind == "asset":
                     out.append(CALLER)                                # its file: judged by `outside_assets`
-                elif op is not None:
-                    out += self.origins(self.scopes[""], op, depth)
+                elif const is not None and (strings := const_strings(const)):   # its `value`, whatever its op
+                    out += [("literal", v) for v in strings]
                 else:
                     out.append(("graph", f"a bound {kind}"))
         return out or [("graph", "an argument of a function nothing calls")]
+
+    def chosen(self, scope: Scope, name: str, node: Node, positions: tuple[int, ...]) -> list[tuple[str, str]]:
+        """The origins of a path op's path inputs that are not the caller's: a TF1 feed is the caller's only for the
+        saver's own ops (under its name scope) and for a table initializer reading an asset; elsewhere the loader
+        does not feed it, and its saved value is the path."""
+        inputs = _data_inputs(node)
+        out = []
+        for kind, what in (o for k in positions if k < len(inputs) for o in self.origins(scope, inputs[k])):
+            if kind == "fed":
+                saver = what == self.saver_feed and bool(self.saver_scope) and name.startswith(self.saver_scope)
+                if saver or (what in self.asset_feeds and node.op in TABLE_INITS):
+                    continue
+                fed, unfed = self.scopes[""].nodes.get(what), ("graph", f"the tensor {what[:80]!r} unfed")
+                if fed is not None and fed.op == "PlaceholderWithDefault" and _data_inputs(fed):
+                    out += [o for o in self.origins(self.scopes[""], _data_inputs(fed)[0]) if o[0] != "fed"] or [unfed]
+                else:
+                    out += [("literal", v) for v in (const_strings(fed) if fed is not None else None) or ()] or [unfed]
+            elif kind != "caller":
+                out.append((kind, what))
+        return out
 
     def _elements(self, scope: Scope, ref: str, depth: int) -> list[tuple[str, str]]:
         """The origins of a dataset's elements: a TensorSliceDataset's or TensorDataset's tensors, through the ops that

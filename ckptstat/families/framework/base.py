@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -261,6 +262,28 @@ _POSITIVE = {"hidden_size", "num_attention_heads", "n_embd", "n_head", "dim", "n
              "d_kv", "head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok",
              "encoder_attention_heads", "decoder_attention_heads", "max_source_positions", "block_size", "chunk_size",
              "mamba_chunk_size", "time_step_rank", "mamba_dt_rank", "num_mem_blocks"}
+
+
+_LAYER_COUNT = re.compile(r"^(num_|n_)?(hidden_|encoder_|decoder_)?layers?$|_layers$|^depth$")
+
+
+def check_layer_counts(cfg: Mapping[str, Any], path: str, limit: int) -> None:
+    """Refuse, in one line, a config (or sub-config) whose layer counts (num_hidden_layers, n_layer, encoder_layers,
+    ... : integers under a key naming layers in the plural, or n_layer / depth) are negative or past `limit`, before
+    a library builds them (a 1 KB config of 50,000 layers took transformers minutes and gigabytes). A key naming one
+    layer (vision_feature_layer = -2) is an index, not a count."""
+    stack: list[Any] = [cfg]
+    for _ in range(100_000):
+        if not stack:
+            return
+        node = stack.pop()
+        items = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            if isinstance(v, (Mapping, list)):
+                stack.append(v)
+            elif isinstance(k, str) and _LAYER_COUNT.search(k) and type(v) is int and not 0 <= v <= limit:
+                raise UsageError(f"{path}: config {k} = {str(v)[:24]} is not a layer count from 0 to {limit:,}")
+    raise UsageError(f"{path}: config holds more than 100,000 values to check")
 
 
 def no_pooler(model_type: str, head: str) -> bool:
