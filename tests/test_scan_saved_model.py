@@ -160,3 +160,23 @@ def test_chains_and_loops_of_ops(tmp_path, cli):
         r = json.loads(out)
         assert (rc, r["status"], r["unsafe_globals"]) == (1, "unsafe", ["tf op SaveV2"]), err
         assert len(r["findings"]) <= saved_model.MAX_FINDINGS   # 2,000 SaveV2s: a thousand listed, the rest counted
+
+
+def test_a_tf1_saver_run_by_main_op_writes_at_its_default(tmp_path, cli):
+    """The TF1 loader feeds the saver's file name only while the saver restores: a main_op that runs the saver's
+    SaveV2 writes at the file name's saved default (a helper's case, TensorFlow-built in the fixtures as
+    tf1_saver_feed_in_main_op; here the saver's scope the file names is its own, and main_op reaches it through a
+    control input)."""
+    graph = _const("save/default", "/tmp/x") + _node("save/Const", "PlaceholderWithDefault", "save/default") + \
+        _const("save/names", "w") + _const("save/slices", "") + _const("save/t", "") + \
+        _node("save/SaveV2", "SaveV2", "save/Const", "save/names", "save/slices", "save/t") + \
+        _node("save/restore_all", "NoOp", "^save/SaveV2")
+    saver = _f(3, _f(1, b"save/Const:0") + _f(3, b"save/restore_all"))
+    main_op = _f(4, _f(1, b"saved_model_main_op") + _f(2, _f(1, _f(1, b"main"))))
+    for run_by_main_op, status in ((False, "safe"), (True, "unsafe")):
+        nodes = graph + (_node("main", "NoOp", "^save/SaveV2") if run_by_main_op else b"")
+        path = tmp_path / f"{run_by_main_op}" / "saved_model.pb"
+        path.parent.mkdir()
+        path.write_bytes(_f(2, _f(2, nodes) + saver + (main_op if run_by_main_op else b"")))
+        rc, out, err = cli("scan", str(path), "--json")
+        assert json.loads(out)["status"] == status, (run_by_main_op, err)

@@ -146,6 +146,8 @@ class Flow:
         self.saver_scope = ""                         # ... and the name scope of the saver's ops ("save/")
         self.asset_feeds: set[str] = set()            # TF1: the constants the loader feeds asset paths to, for init ops
         self.assets: list[str] = []                   # AssetFileDef filenames
+        main_ops: list[str] = []                      # TF1: what the loader runs after restoring (main_op, legacy)
+        outputs: list[str] = []                       # the signatures' outputs
         self._memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
         objects: list[tuple[str, str]] = []
         concretes: list[tuple[str, list[int]]] = []
@@ -157,8 +159,11 @@ class Flow:
                 self.saver_feed = saver.get(1, "").split(":")[0]
                 restore = saver.get(3, "")
                 self.saver_scope = restore[:restore.rindex("/") + 1] if "/" in restore else ""
-            elif num == 4:                                           # collection_def: TF1's assets (ASSETS_KEY)
+            elif num == 4:                       # collection_def: TF1's assets (ASSETS_KEY), main_op, legacy_init_op
                 entry = {k: v for k, _, v in fields(message(value, "collection"))}
+                if entry.get(1) in (b"saved_model_main_op", b"legacy_init_op"):   # node_list 1 -> value 1
+                    main_ops += [_text(name, "main op") for n, _, nodes in fields(message(entry.get(2, b""), "main op"))
+                                 if n == 1 for k, _, name in fields(message(nodes, "node list")) if k == 1]
                 if entry.get(1) == b"saved_model_assets":          # CollectionDef.any_list 5 -> value 1 -> Any.value 2
                     lists = [message(v, "asset list") for n, _, v in fields(message(entry.get(2, b""), "collection"))
                              if n == 5]
@@ -167,10 +172,17 @@ class Flow:
                         for n, _, asset in fields(raw):
                             if n == 2:
                                 self._asset(message(asset, "asset"))
+            elif num == 5:                       # signature_def: entry value 2 -> SignatureDef.outputs 2 -> TensorInfo
+                signature = {k: v for k, _, v in fields(message(value, "signature"))}.get(2, b"")
+                for n, _, out in fields(message(signature, "signature def")):
+                    info = {k: v for k, _, v in fields(message(out, "output"))}.get(2, b"") if n == 2 else b""
+                    outputs += [_text(v, "output name") for k, _, v in fields(message(info, "tensor info")) if k == 1]
             elif num == 6:
                 self._asset(message(value, "asset"))
             elif num == 7:
                 objects, concretes = self._object_graph(message(value, "object graph"))
+        self.unfed = self._ancestors(outputs)                 # runs where the loader feeds nothing
+        self.in_main = self._ancestors(main_ops)              # runs where it feeds the assets only
         for name, bound in concretes:
             self.bound[name] = [objects[i][0] if 0 <= i < len(objects) else "a missing object" for i in bound]
             for k, i in enumerate(bound):
@@ -183,6 +195,18 @@ class Flow:
                 inputs = _data_inputs(node)
                 if node.op == "AssignVariableOp" and len(inputs) > 1:
                     self.assigned.setdefault(self._variable(scope, inputs[0]), []).append(inputs[1])
+
+    def _ancestors(self, refs: list[str]) -> set[str]:
+        """The top-level nodes the tensors or ops `refs` name depend on (data and control inputs), themselves included."""
+        top, seen = self.scopes[""].nodes, set()
+        stack = [r.lstrip("^").split(":")[0] for r in refs]
+        while stack:
+            name = stack.pop()
+            if name in seen or name not in top:
+                continue
+            seen.add(name)
+            stack += [i.lstrip("^").split(":")[0] for i in top[name].inputs]
+        return seen
 
     def _asset(self, raw: bytes) -> None:
         """AssetFileDef: tensor_info 1 (TensorInfo name 1: the constant the loader feeds), filename 2."""
@@ -364,14 +388,18 @@ class Flow:
 
     def chosen(self, scope: Scope, name: str, node: Node, positions: tuple[int, ...]) -> list[tuple[str, str]]:
         """The origins of a path op's path inputs that are not the caller's: a TF1 feed is the caller's only for the
-        saver's own ops (under its name scope) and for a table initializer reading an asset; elsewhere the loader
-        does not feed it, and its saved value is the path."""
+        saver's own ops (under its name scope, and run by neither main_op nor a signature) and for a table initializer
+        reading an asset (not run by a signature); elsewhere the loader does not feed it, and its saved value is the
+        path."""
         inputs = _data_inputs(node)
         out = []
         for kind, what in (o for k in positions if k < len(inputs) for o in self.origins(scope, inputs[k])):
             if kind == "fed":
-                saver = what == self.saver_feed and bool(self.saver_scope) and name.startswith(self.saver_scope)
-                if saver or (what in self.asset_feeds and node.op in TABLE_INITS):
+                top = not scope.name
+                saver = what == self.saver_feed and bool(self.saver_scope) and name.startswith(self.saver_scope) \
+                    and not (top and (name in self.unfed or name in self.in_main))
+                table = what in self.asset_feeds and node.op in TABLE_INITS and not (top and name in self.unfed)
+                if saver or table:
                     continue
                 fed, unfed = self.scopes[""].nodes.get(what), ("graph", f"the tensor {what[:80]!r} unfed")
                 if fed is not None and fed.op == "PlaceholderWithDefault" and _data_inputs(fed):
