@@ -41,7 +41,7 @@ def test_the_ops_are_tensorflows():
 def test_unsafe_exactly_where_tensorflow_touched_a_file(cli):
     cases = _expected()["cases"]
     assert {c for c, o in cases.items() if not (o["writes"] or o["reads"])} >= {
-        "plain", "cache_memory", "caller_path", "table_asset", "tf1_plain", "tf1_table_asset"}
+        "plain", "cache_memory", "caller_path", "table_asset", "tf1_plain", "tf1_table_asset", "tf1_user_saver"}
     for case, o in cases.items():
         rc, out, _ = cli("scan", os.path.join(ROOT, case, "saved_model.pb"), "--json")
         r = json.loads(out)
@@ -117,9 +117,13 @@ def _const(name: str, text: str) -> bytes:
     return _node(name, "Const", attrs=_attr("value", _f(8, _f(8, text.encode()))))
 
 
-def _saved_model(tmp_path, nodes: bytes) -> str:
+def _saved_model(tmp_path, nodes: bytes, run: tuple[str, ...] = ("save",)) -> str:
+    """A SavedModel of one meta graph whose main_op (a NoOp "main", collection saved_model_main_op) runs the ops
+    `run` names: a top-level op the loader runs (one nothing runs is never judged)."""
     path = tmp_path / "saved_model.pb"
-    path.write_bytes(_f(2, _f(2, nodes)))                       # SavedModel.meta_graphs -> MetaGraphDef.graph_def
+    main = _node("main", "NoOp", *(f"^{r}" for r in run))
+    collection = _f(4, _f(1, b"saved_model_main_op") + _f(2, _f(1, _f(1, b"main"))))
+    path.write_bytes(_f(2, _f(2, nodes + main) + collection))   # SavedModel.meta_graphs -> MetaGraphDef
     return str(path)
 
 
@@ -156,10 +160,21 @@ def test_chains_and_loops_of_ops(tmp_path, cli):
     wide = _const("w", "/tmp/x") + _node("pack", "Pack", *(["w"] * 200_000)) + \
         b"".join(_node(f"s{k}", "SaveV2", "pack", "names", "slices", "t") for k in range(2000))
     for nodes, start in ((chain, "i4999"), (loop, "a"), (packs, "d59"), (joins, "j59"), (wide, "pack")):
-        rc, out, err = cli("scan", _saved_model(tmp_path, nodes + _save_at(start)), "--json")
+        runs = ("save",) + tuple(f"s{k}" for k in range(2000) if nodes is wide)
+        rc, out, err = cli("scan", _saved_model(tmp_path, nodes + _save_at(start), runs), "--json")
         r = json.loads(out)
         assert (rc, r["status"], r["unsafe_globals"]) == (1, "unsafe", ["tf op SaveV2"]), err
         assert len(r["findings"]) <= saved_model.MAX_FINDINGS   # 2,000 SaveV2s: a thousand listed, the rest counted
+
+
+def test_an_op_no_loader_runs_is_not_judged(tmp_path, cli):
+    """A TF1 training script's own Saver stays in the graph its export writes (the export adds a second): its SaveV2
+    at the relative 'model' runs under neither loader (a helper measured both); run by main_op, it writes there."""
+    graph = _const("model", "model") + _save_at("model")
+    for run, status in (((), "safe"), (("save",), "unsafe")):
+        (tmp_path / status).mkdir()
+        rc, out, err = cli("scan", _saved_model(tmp_path / status, graph, run), "--json")
+        assert json.loads(out)["status"] == status, err
 
 
 def test_a_tf1_saver_run_by_main_op_writes_at_its_default(tmp_path, cli):

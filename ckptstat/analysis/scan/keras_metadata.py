@@ -28,7 +28,8 @@ NAME = "keras_metadata.pb"
 TF_API_REACHING = ("io.", "data.", "summary.", "debugging.", "raw_ops.", "compat.", "saved_model.", "train.",
                    "experimental.", "config.", "distribute.", "tpu.", "profiler.", "keras.", "lookup.", "autograph.",
                    "sysconfig.", "feature_column.", "print", "py_function", "numpy_function", "load_op_library",
-                   "load_library", "random.fixed_unigram_candidate_sampler", "nn.fixed_unigram_candidate_sampler")
+                   "load_library", "random.fixed_unigram_candidate_sampler", "nn.fixed_unigram_candidate_sampler",
+                   "rpc_", "lite.", "mlir.", "test.", "d_tensor", "import_graph_def", "xla_", "__internal__.")
 OP_LAMBDAS = ("TFOpLambda", "SlicingOpLambda")
 LOADER = "tf_keras.models.load_model"
 FORMAT = "Keras 2 SavedModel metadata"

@@ -19,6 +19,10 @@ or when the restored model is called):
   `debug_urls`, DecodeProtoV2's `descriptor_source` file, FixedUnigramCandidateSampler's `vocab_file`);
 - an AssetFileDef whose filename is absolute or climbs out (the loader joins it onto `assets/`) is a finding.
 
+Every function is judged (the TF2 loader restores them all); a top-level op only where a loader runs it (the saver's
+save and restore ops, the init op or the default local init op's collections, the signatures' outputs, followed back
+through their inputs: tf_graph.Flow.runs), so a TF1 script's own Saver, left in the graph beside the export's, is not.
+
 Python callbacks (PyFunc, EagerPyFunc) call a function registered in the loading process, which the file cannot
 bring: noted. DatasetFromGraph builds a dataset from a GraphDef held in a tensor, whose ops are not read: unknown.
 """
@@ -135,6 +139,8 @@ def _judge_meta_graph(meta: bytes, index: int, ops: Counter[str], findings: list
         for name, node in scope.nodes.items():
             op = node.op
             ops[op] += 1
+            if not scope.name and name not in flow.runs:     # a top-level op no loader runs (a TF1 script's own saver)
+                continue
             why = FILE_OPS.get(op) or (_path_finding(flow, scope, name, node) if op in PATH_INPUTS else "") or \
                 (_url_finding(op, node) if op in URL_ATTRS else "")
             if why:

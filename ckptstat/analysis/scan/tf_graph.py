@@ -6,8 +6,9 @@ functions with the objects bound to their last arguments (saved_object_graph.pro
 node's input back to what produced it:
 
 - the caller's: a Placeholder of the top-level graph (the signature's inputs, the saver's file name), the saver's
-  `filename_tensor_name` (TF1, fed by the loader), a constant an AssetFileDef names (TF1: the loader feeds its asset
-  path), a function argument the user passes, or one bound to an asset;
+  `filename_tensor_name` (TF1: fed while the saver runs, so for a top-level op only the saver runs), a constant an
+  AssetFileDef names (TF1: fed while the init op runs, so for a table initialiser only it runs), a function argument
+  the user passes, or one bound to an asset;
 - the graph's: a constant (a string constant is a "literal", kept to name it), a constant or resource the object
   graph binds, a variable's value (what is assigned to it), the output of any op not listed below, an argument an op
   other than a call passes to a function, a chain too deep to follow. A dataset function's arguments (a map's, a
@@ -143,10 +144,11 @@ class Flow:
         self.bound: dict[str, list[str]] = {}         # concrete function -> the kinds of the objects bound to it
         self.constants: dict[str, str] = {}           # object id -> its SavedConstant's operation
         self.saver_feed = ""                          # TF1: the saver's file name tensor, fed while it saves or restores
-        self.saver_scope = ""                         # ... and the name scope of the saver's ops ("save/")
         self.asset_feeds: set[str] = set()            # TF1: the constants the loader feeds asset paths to, for init ops
         self.assets: list[str] = []                   # AssetFileDef filenames
         main_ops: list[str] = []                      # TF1: what the loader runs after restoring (main_op, legacy)
+        local_init: list[str] = []                    # ... or, with neither, Scaffold's default local init op's
+        saver_ops: list[str] = []                     # the saver's save tensor and restore op
         outputs: list[str] = []                       # the signatures' outputs
         self._memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
         objects: list[tuple[str, str]] = []
@@ -157,13 +159,20 @@ class Flow:
             elif num == 3:             # SaverDef: filename_tensor_name 1, save_tensor_name 2, restore_op_name 3
                 saver = {n: _text(v, "saver") for n, _, v in fields(message(value, "saver")) if n in (1, 2, 3)}
                 self.saver_feed = saver.get(1, "").split(":")[0]
-                restore = saver.get(3, "")
-                self.saver_scope = restore[:restore.rindex("/") + 1] if "/" in restore else ""
+                saver_ops += [saver.get(2, ""), saver.get(3, "")]
             elif num == 4:                       # collection_def: TF1's assets (ASSETS_KEY), main_op, legacy_init_op
                 entry = {k: v for k, _, v in fields(message(value, "collection"))}
-                if entry.get(1) in (b"saved_model_main_op", b"legacy_init_op"):   # node_list 1 -> value 1
-                    main_ops += [_text(name, "main op") for n, _, nodes in fields(message(entry.get(2, b""), "main op"))
-                                 if n == 1 for k, _, name in fields(message(nodes, "node list")) if k == 1]
+                nodes = [_text(name, "node") for n, _, listed in fields(message(entry.get(2, b""), "collection def"))
+                         if n == 1 for k, _, name in fields(message(listed, "node list")) if k == 1]   # node_list 1
+                if entry.get(1) in (b"saved_model_main_op", b"legacy_init_op"):
+                    main_ops += nodes
+                elif entry.get(1) in (b"table_initializer", b"local_init_op", b"init_op"):
+                    local_init += nodes
+                elif entry.get(1) in (b"local_variables", b"local_resources"):   # bytes_list 2: VariableDef /
+                    local_init += [_text(v, "initializer")                          # ResourceDef, initializer 2
+                                   for n, _, listed in fields(message(entry.get(2, b""), "collection def")) if n == 2
+                                   for k, _, raw in fields(message(listed, "bytes list")) if k == 1
+                                   for j, _, v in fields(message(raw, "variable def")) if j == 2]
                 if entry.get(1) == b"saved_model_assets":          # CollectionDef.any_list 5 -> value 1 -> Any.value 2
                     lists = [message(v, "asset list") for n, _, v in fields(message(entry.get(2, b""), "collection"))
                              if n == 5]
@@ -181,8 +190,13 @@ class Flow:
                 self._asset(message(value, "asset"))
             elif num == 7:
                 objects, concretes = self._object_graph(message(value, "object graph"))
-        self.unfed = self._ancestors(outputs)                 # runs where the loader feeds nothing
-        self.in_main = self._ancestors(main_ops)              # runs where it feeds the assets only
+        # what the TF1 loaders run at the top level, and what each feeds (tf.compat.v1.saved_model.loader and
+        # load_v1_in_v2): the saver (its file name), the init op (the assets; without main_op, the default local init
+        # op's), the signatures (nothing); a top-level node none of them reaches never runs
+        self.by_saver = self._ancestors(saver_ops)
+        self.by_init = self._ancestors(main_ops or local_init)
+        self.by_signature = self._ancestors(outputs)
+        self.runs = self.by_saver | self.by_init | self.by_signature
         for name, bound in concretes:
             self.bound[name] = [objects[i][0] if 0 <= i < len(objects) else "a missing object" for i in bound]
             for k, i in enumerate(bound):
@@ -387,18 +401,19 @@ class Flow:
         return out or [("graph", "an argument of a function nothing calls")]
 
     def chosen(self, scope: Scope, name: str, node: Node, positions: tuple[int, ...]) -> list[tuple[str, str]]:
-        """The origins of a path op's path inputs that are not the caller's: a TF1 feed is the caller's only for the
-        saver's own ops (under its name scope, and run by neither main_op nor a signature) and for a table initializer
-        reading an asset (not run by a signature); elsewhere the loader does not feed it, and its saved value is the
+        """The origins of a path op's path inputs that are not the caller's: a TF1 feed is the caller's only for a
+        top-level op only the saver runs (its file name) or only the init op runs (a table initializer reading an
+        asset); elsewhere (a function, a signature, the other) the loader does not feed it, and its saved value is the
         path."""
         inputs = _data_inputs(node)
         out = []
         for kind, what in (o for k in positions if k < len(inputs) for o in self.origins(scope, inputs[k])):
             if kind == "fed":
                 top = not scope.name
-                saver = what == self.saver_feed and bool(self.saver_scope) and name.startswith(self.saver_scope) \
-                    and not (top and (name in self.unfed or name in self.in_main))
-                table = what in self.asset_feeds and node.op in TABLE_INITS and not (top and name in self.unfed)
+                saver = top and what == self.saver_feed and name in self.by_saver and \
+                    name not in self.by_init | self.by_signature
+                table = top and what in self.asset_feeds and node.op in TABLE_INITS and name in self.by_init and \
+                    name not in self.by_saver | self.by_signature
                 if saver or table:
                     continue
                 fed, unfed = self.scopes[""].nodes.get(what), ("graph", f"the tensor {what[:80]!r} unfed")
