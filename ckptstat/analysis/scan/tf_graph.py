@@ -316,7 +316,8 @@ class Flow:
         return scope.name, (f"shared:{shared[0]}" if shared and shared[0] else name)
 
     def origins(self, scope: Scope, ref: str, depth: int = 0) -> list[tuple[str, str]]:
-        """("caller", ""), ("literal", the string) or ("graph", what) for each source of the tensor `ref` names."""
+        """("caller", ""), ("literal", the string), ("fed", a TF1 tensor the loader feeds at one step: `chosen` decides)
+        or ("graph", what) for each source of the tensor `ref` names, at most MAX_ORIGINS distinct."""
         name = ref.lstrip("^").split(":")[0]
         key = (scope.name, name)
         if key in self._memo:
