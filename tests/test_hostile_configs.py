@@ -90,7 +90,7 @@ def test_modules_left_alone_match_as_transformers_matches_them():
     ("falcon_h1", "mamba_chunk_size", 0, "memory"), ("mamba2", "chunk_size", 0, "flops"),
     ("minimax", "block_size", 0, "flops"), ("zamba2", "num_mem_blocks", 0, "memory"),
     ("longcat_flash", "zero_expert_num", 10 ** 400, "flops"), ("llama", "attention_dropout", 10 ** 400, "memory"),
-    ("mixtral", "sliding_window", 10 ** 400, "flops")])
+    ("mixtral", "sliding_window", 10 ** 400, "flops"), ("llama4_text", "attention_chunk_size", 10 ** 400, "flops")])
 def test_values_the_templates_divide_by_are_refused_naming_them(tmp_path, cli, model_type, key, value, command):
     _one_line(cli, command, _config(tmp_path, model_type, **{key: value}), says=key)
 
@@ -118,6 +118,7 @@ def test_a_bare_config_nested_too_deep_is_one_line(tmp_path, cli):
                                         (("flops", "--seq", "²"), "--seq"),
                                         (("memory", "--batch", str(10 ** 400)), "--batch"),
                                         (("memory", "--gpus", str(10 ** 29)), "--gpus"),
-                                        (("flops", "--images", str(10 ** 30)), "--images")])
+                                        (("flops", "--images", str(10 ** 30)), "--images"),
+                                        (("memory", "--gpu", ""), "--gpu")])
 def test_command_line_numbers_are_bounded(tmp_path, cli, args, says):
     _one_line(cli, args[0], _config(tmp_path, "llama"), *args[1:], says=says)

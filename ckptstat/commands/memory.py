@@ -125,6 +125,8 @@ def _plan(mode: str, weights_dtype: str | None, kv_dtype: str | None, optimizer:
 
     if gpu and gpu_mem:
         raise UsageError("give --gpu or --gpu-mem, not both")
+    if gpu is not None and not gpu.strip() or gpu_mem is not None and not gpu_mem.strip():
+        raise UsageError("--gpu and --gpu-mem take a name or a size, got an empty one")
     capacity, device = None, None
     if gpu:
         g = find_gpu(gpu)

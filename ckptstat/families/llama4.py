@@ -58,8 +58,9 @@ def from_config(c: Cfg) -> ArchSpec:
     if not isinstance(types, list) or len(types) != L or any(t not in ("full_attention", "chunked_attention") for t in types):
         raise UsageError(f"{c.path}: config layer_types is not a list of {L} 'full_attention' / 'chunked_attention'")
     chunked = tuple(i for i, t in enumerate(types) if t == "chunked_attention")
-    if chunked and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
-        raise UsageError(f"{c.path}: config attention_chunk_size = {chunk!r} is not a positive integer")
+    if chunked and (isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 < chunk <= 1 << 31):
+        raise UsageError(f"{c.path}: config attention_chunk_size = {str(chunk)[:40]} is not a positive integer up to "
+                         f"{1 << 31:,}")
     return replace(spec, moe_intermediate=fe, shared_intermediate=fe, dense_layers=tuple(i for i in range(L) if i not in moe),
                    sliding_window=chunk if chunked else None, sliding_layers=chunked if len(chunked) < L else (),
                    chunked_attention=bool(chunked))
