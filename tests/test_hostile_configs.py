@@ -63,7 +63,9 @@ def test_an_fp8_block_is_two_positive_integers(tmp_path, cli, block, says):
     _one_line(cli, "memory", _config(tmp_path, "deepseek_v3", quantization_config=q), "--gpu", "H100", says=says)
 
 
-@pytest.mark.parametrize("entries, says", [(["(.*.*)*X"], "nests quantifiers"), (["(a+)+$"], "nests quantifiers"),
+@pytest.mark.parametrize("entries, says", [(["(.*.*)*X"], "repeats a repetition"), (["(a+)+$"], "repeats a repetition"),
+                                           (["((.*))*X"], "repeats a repetition"), (["(.|.)*X"], "repeats a repetition"),
+                                           (["X" + ".*" * 10 + "Y"], "repeats a repetition"),
                                            (["("], "not a regular expression"), ([["x"]], "not a list"),
                                            ([f"m{i}" for i in range(10_001)], "not a list")])
 def test_modules_left_alone_are_bounded_regexes(tmp_path, cli, entries, says):

@@ -100,7 +100,40 @@ class Quant:
 
 
 MAX_SKIPPED = 10_000   # modules_to_not_convert / ignore entries (each tried against every module the plan names)
-_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+?}][^()]*\)[*+?{]")
+
+
+MAX_REPEATS = 4   # repetitions in one skipped-module regex: k in a row backtrack as the name's length to the k
+
+
+def slow_regex(pattern: str) -> bool:
+    """Whether a regex repeats (`*`, `+`, `{m,n}`) a group that itself holds a repetition or an alternation, at any
+    depth (`(a+)+`, `((.*))*`, `(.|.)*`: backtracking exponential in the text; an optional group, `(.*\\.)?`, is
+    not), or holds more than MAX_REPEATS repetitions (`.*` ten times over: a power of the text). Escapes and
+    character classes are stepped over."""
+    stack = [False]                        # per open group: does it hold a quantifier
+    i, n, repeats = 0, len(pattern), 0
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":                      # a class: to its closing bracket (a first `]` or `^]` is literal)
+            i += 2 if pattern[i + 1:i + 2] in ("]", "^") else 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif ch == "(":
+            stack.append(False)
+            i += 1 if pattern[i + 1:i + 2] == "?" else 0   # (?: (?P< (?= ...: no quantifier
+        elif ch == ")" and len(stack) > 1:
+            inner = stack.pop()
+            if inner and pattern[i + 1:i + 2] in ("*", "+", "{"):
+                return True
+            stack[-1] = stack[-1] or inner
+        elif ch in "*+{|" and i > 0:     # (a repeated alternation backtracks the same way: `(.|.)*`)
+            stack[-1] = True
+            repeats += ch != "|"
+        i += 1
+    return repeats > MAX_REPEATS
 
 
 @functools.cache
@@ -120,9 +153,10 @@ def skip_entries(q: dict, keys: tuple[str, ...], path: str) -> tuple[str, ...]:
                 any(not isinstance(e, str) for e in entries):
             raise UsageError(f"{path}: quantization_config {key} is not a list of at most {MAX_SKIPPED:,} module names")
         for e in entries:
-            if _NESTED_QUANTIFIER.search(e) or len(e) > 1024:
-                raise UsageError(f"{path}: quantization_config {key} entry {e[:80]!r} nests quantifiers or is over "
-                                 "1,024 characters: matching it can take time exponential in a module's name")
+            if slow_regex(e) or len(e) > 1024:
+                raise UsageError(f"{path}: quantization_config {key} entry {e[:80]!r} repeats a repetition, holds "
+                                 f"more than {MAX_REPEATS} or is over 1,024 characters: matching it can take time "
+                                 "exponential in a module's name, or a high power of it")
             try:
                 re.compile(e)
             except re.error as err:
