@@ -21,7 +21,7 @@ from ...core.limits import limits
 from ...errors import CorruptCheckpointError
 from ...formats.tf_bundle.wire import Bad, fields, message
 from .keras import PastBounds, config_findings, load_config
-from .saved_model import MAX_FINDINGS
+from .saved_model import listed
 from .torch_load import plain_report
 
 NAME = "keras_metadata.pb"
@@ -56,7 +56,7 @@ def _op_lambdas(config: object) -> list[tuple[str, str]]:
 
 def judge_keras_metadata(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
     """The scan report of a `keras_metadata.pb` (see the module doc): Lambda bytecode and TFOpLambdas reaching files,
-    servers or code as findings (the first MAX_FINDINGS listed, the rest counted)."""
+    servers or code as findings (saved_model.listed: the first thousand listed, the rest counted)."""
     cap = limits().index_bytes
     if size > cap:
         unread = f"{NAME} is {size:,} bytes, more than the {cap:,} scan reads (--limit index_bytes=N): its layers unread"
@@ -93,9 +93,7 @@ def judge_keras_metadata(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
                             "are not imported by tf_keras' legacy revival)")
     kinds = sorted({"keras Lambda (marshalled bytecode)" if fd["opcode"] == "Lambda" else "keras TFOpLambda "
                     "reaching files, servers or code" for fd in findings})
-    if len(findings) > MAX_FINDINGS:
-        notes.append(f"{len(findings) - MAX_FINDINGS:,} more findings not listed")
-    return plain_report(path, FORMAT, HOW, findings[:MAX_FINDINGS], kinds, [], notes,
+    return plain_report(path, FORMAT, HOW, listed(findings, notes), kinds, [], notes,
                         f"UNSAFE: {LOADER} would run the Python bytecode, or the TensorFlow functions, of: "
                         + "; ".join(fd["global"] for fd in findings[:4])
                         + (f" ... ({len(findings)} in all)" if len(findings) > 4 else ""))

@@ -100,6 +100,14 @@ URL_ATTRS = {
 }
 IN_MEMORY = ("CacheDataset", "CacheDatasetV2")   # an empty file name: the cache is kept in memory
 MAX_FINDINGS = 1_000
+
+
+def listed(findings: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """The first MAX_FINDINGS findings, with a note counting the rest (a file's every kind stays in its verdict)."""
+    if len(findings) > MAX_FINDINGS:
+        notes.append(f"{len(findings) - MAX_FINDINGS:,} more findings not listed")
+    return findings[:MAX_FINDINGS]
+
 CALLBACKS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 
 
@@ -179,9 +187,7 @@ def judge_saved_model(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
         notes.append(f"{', '.join(callbacks)}: a Python callback registered in the loading process by token (the file "
                      "brings no code; the op fails where none is registered)")
     unsafe = sorted({fd["global"] for fd in findings})
-    if len(findings) > MAX_FINDINGS:   # every kind is in `unsafe`; a graph of 200,000 WriteFiles lists 1,000
-        notes.append(f"{len(findings) - MAX_FINDINGS:,} more findings of these ops not listed")
-        findings = findings[:MAX_FINDINGS]
+    findings = listed(findings, notes)   # every kind is in `unsafe`; a graph of 200,000 WriteFiles lists 1,000
     return plain_report(
         path, "TensorFlow SavedModel", f"not torch.load's: {LOADER} restores the graphs' functions; their ops run when "
         "the functions do", findings, unsafe, unknown, notes,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...formats.tf_bundle.wire import Bad, fields, message, number, varint
+from ...formats.tf_bundle.wire import Bad, fields, message, repeated_ints
 
 MAX_DEPTH = 128                # levels of ops followed back (each two or three Python frames)
 MAX_ORIGINS = 8                # distinct origins kept a tensor (a Pack of itself doubles nothing)
@@ -112,14 +112,7 @@ def attr_types(av: bytes) -> list[int]:
     out: list[int] = []
     for num, _, value in fields(av):
         if num == 1:
-            for n, wire, v in fields(message(value, "attr list")):
-                if n == 6 and wire == 2:
-                    raw, pos = message(v, "attr types"), 0
-                    while pos < len(raw):
-                        t, pos = varint(raw, pos)
-                        out.append(t)
-                elif n == 6:
-                    out.append(number(v, "attr type"))
+            out += [t for n, _, v in fields(message(value, "attr list")) if n == 6 for t in repeated_ints(v, "attr type")]
     return out
 
 
@@ -276,15 +269,8 @@ class Flow:
                 objects.append((kind, op))
             elif num == 2:
                 entry = {k: v for k, _, v in fields(message(value, "concrete function"))}
-                bound: list[int] = []
-                for n, wire, v in fields(message(entry.get(2, b""), "concrete function")):
-                    if n == 2 and wire == 2:                                  # packed
-                        pos, raw_ints = 0, message(v, "bound inputs")
-                        while pos < len(raw_ints):
-                            x, pos = varint(raw_ints, pos)
-                            bound.append(x)
-                    elif n == 2:
-                        bound.append(number(v, "bound input"))
+                bound = [x for n, _, v in fields(message(entry.get(2, b""), "concrete function")) if n == 2
+                         for x in repeated_ints(v, "bound input")]
                 concretes.append((_text(entry.get(1, b""), "function name"), bound))
         return objects, concretes
 

@@ -282,7 +282,7 @@ def check_layer_counts(cfg: Mapping[str, Any], path: str, limit: int) -> None:
             if isinstance(v, (Mapping, list)):
                 stack.append(v)
             elif isinstance(k, str) and _LAYER_COUNT.search(k) and type(v) is int and not 0 <= v <= limit:
-                raise UsageError(f"{path}: config {k} = {str(v)[:24]} is not a layer count from 0 to {limit:,}")
+                raise UsageError(f"{path}: config {k} = {_shown(v)} is not a layer count from 0 to {limit:,}")
     raise UsageError(f"{path}: config holds more than 100,000 values to check")
 
 

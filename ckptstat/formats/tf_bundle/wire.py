@@ -68,6 +68,17 @@ def message(value: int | bytes, what: str) -> bytes:
     return value
 
 
+def repeated_ints(value: int | bytes, what: str) -> list[int]:
+    """One occurrence of a repeated integer field: its varints when packed (length-delimited), else the one number."""
+    if isinstance(value, int):
+        return [value]
+    out, pos = [], 0
+    while pos < len(value):
+        x, pos = varint(value, pos)
+        out.append(x)
+    return out
+
+
 def int64(value: int | bytes, what: str) -> int:
     """An int64 field: a varint of its two's complement (so 2**64 - 1 reads as -1)."""
     v = number(value, what)
