@@ -195,3 +195,46 @@ def test_a_tf1_saver_run_by_main_op_writes_at_its_default(tmp_path, cli):
         path.write_bytes(_f(2, _f(2, nodes) + saver + (main_op if run_by_main_op else b"")))
         rc, out, err = cli("scan", str(path), "--json")
         assert json.loads(out)["status"] == status, (run_by_main_op, err)
+
+
+# StructuredValues (tensorflow/core/protobuf/struct.proto): what a FunctionSpec and a concrete function's
+# canonicalized_input_signature hold, built byte by byte for what TensorFlow does not write
+
+def _sv(kind: int, *items: bytes) -> bytes:
+    """A list (51) or tuple (52) of StructuredValues, a string (13) of one item's text, a tensor spec (33) of none."""
+    return _f(kind, items[0] if kind == 13 else b"".join(_f(1, i) for i in items))
+
+
+def _fullargspec(args: list[str], defaults: list[bytes], kwonly: dict[str, bytes] | None = None,
+                 is_method: bool = False) -> bytes:
+    pairs = {"args": _sv(51, *(_sv(13, a.encode()) for a in args)), "defaults": _sv(52, *defaults),
+             "kwonlydefaults": _f(53, b"".join(_f(1, _f(1, k.encode()) + _f(2, v)) for k, v in (kwonly or {}).items()))}
+    spec = _f(54, _f(1, b"FullArgSpec") + b"".join(_f(2, _f(1, k.encode()) + _f(2, v)) for k, v in pairs.items()))
+    return _f(1, spec) + (b"\x10\x01" if is_method else b"")          # FunctionSpec: fullargspec 1, is_method 2
+
+
+def test_python_defaults_by_argument():
+    from ckptstat.analysis.scan.tf_defaults import argument_defaults
+    spec, path = _sv(33), _sv(13, b"/tmp/x")
+    signature = _sv(52, _sv(52, spec, spec), _f(53, b""))               # (args, kwargs)
+    assert argument_defaults(_fullargspec(["x", "path"], [path]), signature, 2) == {1: ["/tmp/x"]}
+    # a method's `self` is not passed; a default that is not text is no path
+    assert argument_defaults(_fullargspec(["self", "x", "path"], [path], is_method=True), signature, 2) == {1: ["/tmp/x"]}
+    assert argument_defaults(_fullargspec(["x", "n"], [_f(12, b"")]), signature, 2) == {}
+    # more defaults than arguments (Python never writes it): any of them for any argument
+    assert argument_defaults(_fullargspec(["path"], [_sv(13, b"a"), path]), _sv(52, _sv(52, spec), _f(53, b"")), 1) \
+        == {0: ["a", "/tmp/x"]}
+    # a keyword-only default, by its name in the signature's kwargs
+    kwargs = _f(53, _f(1, _f(1, b"path") + _f(2, spec)))
+    assert argument_defaults(_fullargspec(["x"], [], {"path": path}), _sv(52, _sv(52, spec), kwargs), 2) == \
+        {1: ["/tmp/x"]}
+    # a tuple before the path counts its tensors; nesting past the bound, a composite type spec or a count that
+    # differs from the function's arguments: every string default is taken for every argument
+    assert argument_defaults(_fullargspec(["x", "s", "path"], [path]),
+                             _sv(52, _sv(52, spec, _sv(52, spec, spec), spec), _f(53, b"")), 4) == {3: ["/tmp/x"]}
+    deep = spec
+    for _ in range(200):
+        deep = _sv(52, deep)
+    for before in (deep, _f(34, b""), spec + b""):
+        got = argument_defaults(_fullargspec(["x", "path"], [path]), _sv(52, _sv(52, before, spec), _f(53, b"")), 3)
+        assert got == {0: ["/tmp/x"], 1: ["/tmp/x"], 2: ["/tmp/x"]}, before[:8]

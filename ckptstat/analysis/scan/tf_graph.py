@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...formats.tf_bundle.wire import Bad, fields, message, repeated_ints
+from .tf_defaults import argument_defaults
 
 MAX_DEPTH = 128                # levels of ops followed back (each two or three Python frames)
 MAX_ORIGINS = 8                # distinct origins kept a tensor (a Pack of itself doubles nothing)
@@ -136,6 +137,7 @@ class Flow:
         self.passed: dict[str, list[tuple[Scope, Node]]] = {}   # function -> the ops that pass it arguments otherwise
         self.bound: dict[str, list[str]] = {}         # concrete function -> the kinds of the objects bound to it
         self.constants: dict[str, str] = {}           # object id -> its SavedConstant's operation
+        self.defaults: dict[str, dict[int, list[str]]] = {}   # concrete function -> user argument -> string default
         self.saver_feed = ""                          # TF1: the saver's file name tensor, fed while it saves or restores
         self.asset_feeds: set[str] = set()            # TF1: the constants the loader feeds asset paths to, for init ops
         self.assets: list[str] = []                   # AssetFileDef filenames
@@ -145,7 +147,8 @@ class Flow:
         outputs: list[str] = []                       # the signatures' outputs
         self._memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
         objects: list[tuple[str, str]] = []
-        concretes: list[tuple[str, list[int]]] = []
+        concretes: list[tuple[str, list[int], bytes]] = []
+        specs: list[tuple[list[str], bytes]] = []
         for num, _, value in fields(meta):
             if num == 2:
                 self._graph(message(value, "graph"))
@@ -182,7 +185,7 @@ class Flow:
             elif num == 6:
                 self._asset(message(value, "asset"))
             elif num == 7:
-                objects, concretes = self._object_graph(message(value, "object graph"))
+                objects, concretes, specs = self._object_graph(message(value, "object graph"))
         # what the TF1 loaders run at the top level, and what each feeds (tf.compat.v1.saved_model.loader and
         # load_v1_in_v2): the saver (its file name), the init op (the assets; without main_op, the default local init
         # op's), the signatures (nothing); a top-level node none of them reaches never runs
@@ -190,11 +193,19 @@ class Flow:
         self.by_init = self._ancestors(main_ops or local_init)
         self.by_signature = self._ancestors(outputs)
         self.runs = self.by_saver | self.by_init | self.by_signature
-        for name, bound in concretes:
+        signatures = {}
+        for name, bound, signature in concretes:
             self.bound[name] = [objects[i][0] if 0 <= i < len(objects) else "a missing object" for i in bound]
+            signatures[name] = signature
             for k, i in enumerate(bound):
                 if 0 <= i < len(objects) and objects[i][0] == "constant":
                     self.constants[f"{name}/{k}"] = objects[i][1]
+        for names, spec in specs:                   # a restored function's Python defaults, where a call omits them
+            for name in names:
+                if name in self.bound and name in self.scopes:
+                    n_args = len(self.scopes[name].args) - len(self.bound[name])
+                    for k, strings in argument_defaults(spec, signatures[name], n_args).items():
+                        self.defaults.setdefault(name, {}).setdefault(k, []).extend(strings)
         self.assigned: dict[tuple[str, str], list[str]] = {}     # (scope, variable handle) -> values assigned to it
         for scope in list(self.scopes.values()):
             for node in scope.nodes.values():
@@ -252,12 +263,16 @@ class Flow:
         self.scopes[scope.name] = scope
 
     @staticmethod
-    def _object_graph(raw: bytes) -> tuple[list[tuple[str, str]], list[tuple[str, list[int]]]]:
-        """(kind, constant's operation) of each SavedObject (nodes 1; kinds asset 5, variable 7, constant 9...) and
-        (name, bound_inputs) of each concrete function (map 2: key 1, SavedConcreteFunction 2: bound_inputs 2)."""
+    def _object_graph(raw: bytes) -> tuple[list[tuple[str, str]], list[tuple[str, list[int], bytes]],
+                                           list[tuple[list[str], bytes]]]:
+        """(kind, constant's operation) of each SavedObject (nodes 1; kinds asset 5, variable 7, constant 9...),
+        (name, bound_inputs, canonicalized_input_signature) of each concrete function (map 2: key 1,
+        SavedConcreteFunction 2: bound_inputs 2, canonicalized_input_signature 3), and (concrete functions,
+        FunctionSpec) of each function (SavedFunction 6: concrete_functions 1, function_spec 2) and bare concrete
+        function (SavedBareConcreteFunction 8: concrete_function_name 1, function_spec 4)."""
         kinds = {4: "user object", 5: "asset", 6: "function", 7: "variable", 8: "bare concrete function",
                  9: "constant", 10: "resource", 12: "captured tensor"}
-        objects, concretes = [], []
+        objects, concretes, specs = [], [], []
         for num, _, value in fields(raw):
             if num == 1:
                 kind, op = "an object", ""
@@ -266,13 +281,18 @@ class Flow:
                         kind = kinds[n]
                         if n == 9:
                             op = next((_text(o, "constant op") for k, _, o in fields(message(v, "constant")) if k == 1), "")
+                        if n in (6, 8):
+                            entries = list(fields(message(v, "function")))
+                            names = [_text(f, "concrete function") for k, _, f in entries if k == 1]
+                            specs += [(names, message(f, "function spec")) for k, _, f in entries if k == (2 if n == 6 else 4)]
                 objects.append((kind, op))
             elif num == 2:
                 entry = {k: v for k, _, v in fields(message(value, "concrete function"))}
                 bound = [x for n, _, v in fields(message(entry.get(2, b""), "concrete function")) if n == 2
                          for x in repeated_ints(v, "bound input")]
-                concretes.append((_text(entry.get(1, b""), "function name"), bound))
-        return objects, concretes
+                signature = {n: v for n, _, v in fields(message(entry.get(2, b""), "concrete function"))}.get(3, b"")
+                concretes.append((_text(entry.get(1, b""), "function name"), bound, message(signature, "signature")))
+        return objects, concretes, specs
 
     def _note_calls(self, scope: Scope, node: Node) -> None:
         if node.op in self.scopes and node.op:                # a function called by its name as an op
@@ -373,8 +393,8 @@ class Flow:
         bound = self.bound.get(scope.name)
         if bound is not None:
             first_bound = len(scope.args) - len(bound)
-            if k < first_bound:
-                out.append(CALLER)                                    # the user's argument
+            if k < first_bound:                                       # the user's argument, or its default
+                out += [CALLER] + [("literal", s) for s in self.defaults.get(scope.name, {}).get(k, [])]
             else:
                 kind = bound[k - first_bound]
                 op = self.constants.get(f"{scope.name}/{k - first_bound}")
