@@ -52,7 +52,10 @@ def judge_file(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
         return None
     prefetch(f, [tail(size)])   # (a URL: one request, none when judge_other's other reads fetched it)
     f.seek(0)
-    end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # what zipfile.is_zipfile and ZipFile look for
+    try:
+        end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # what zipfile.is_zipfile and ZipFile look for
+    except OSError:   # (a zip64 locator naming an offset before byte 0): is_zipfile says no, as torch.hub then does
+        return None
     if not end or end[zipfile._ECD_SIZE] > ONE_ENTRY:  # type: ignore[attr-defined]
         return None
     try:

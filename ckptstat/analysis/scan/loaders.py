@@ -154,10 +154,13 @@ def _npz(t: Trace, f: IO[bytes], size: int, members: list[zipfile.ZipInfo]) -> N
         return
     plain = 0
     for info in members:
-        start = data_offset(t.path, f, info, size)
+        # as zipfile streams it to np.load: a stored member's bytes up to the smaller size, a deflated one inflated
+        # as read (its claimed size no bound: np.load unpickles before the end; the CRC is checked only there)
+        start = data_offset(t.path, f, info, size, sizes=False)
         if info.compress_type == zipfile.ZIP_STORED:
-            plain += not _walk_array(t, info.filename, FileWindow(f, start, info.file_size), start,
-                                     lambda at, s=start, n=info.file_size: FileWindow(f, s + at, n - at))
+            n = min(info.file_size, info.compress_size)
+            plain += not _walk_array(t, info.filename, FileWindow(f, start, n), start,
+                                     lambda at, s=start, n=n: FileWindow(f, s + at, n - at))
             continue
         if info.compress_type != zipfile.ZIP_DEFLATED:
             t.unknown.append(f"{info.filename}: compression method {info.compress_type}, which scan does not follow")
@@ -440,7 +443,10 @@ def _names_say_numpy_or_keras(f: IO[bytes], size: int) -> bool:
     are stored as raw bytes there and these are ASCII, so without them no name zipfile decodes can be one of
     them. Spares a torch zip of 500k entries a second parse of its directory (torch's scan parses it)."""
     f.seek(0)
-    end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # the record zipfile itself locates the directory by
+    try:
+        end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # the record zipfile itself locates the directory by
+    except OSError:   # (a zip64 locator naming an offset before byte 0)
+        end = None
     if not end:
         return True   # zipfile's own error, as before
     cd_size, location = end[zipfile._ECD_SIZE], end[zipfile._ECD_LOCATION]  # type: ignore[attr-defined]

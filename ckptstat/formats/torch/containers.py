@@ -213,9 +213,12 @@ def zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
         return CheckedZipFile(f)
 
 
-def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int, ratio: int | None = None) -> int:
+def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int, ratio: int | None = None,
+                sizes: bool = True) -> int:
     """Where a member's bytes start, from its LOCAL header (its extra field differs from the central
-    directory's: torch pads it to align data to 64 bytes), checked to lie inside the file."""
+    directory's: torch pads it to align data to 64 bytes), checked to lie inside the file; with `sizes`, a stored
+    member's two sizes equal and a deflated one's within `ratio` (what a reader of the whole member needs; a scan
+    walking the bytes zipfile hands a loader as it streams them passes False)."""
     if info.header_offset < 0:   # (a central-directory offset too big: CheckedZipFile)
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r}: local header offset before the file's start "
                                            f"({info.header_offset:,})")
@@ -230,6 +233,8 @@ def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int, ratio
     if start + info.compress_size > size:
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r} claims {info.compress_size:,} bytes at offset "
                                            f"{start:,}, past the end of the {size:,}-byte file")
+    if not sizes:
+        return start
     if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r}: stored entry with differing sizes")
     # a decompression bomb: deflate peaks near 1032:1, a pickle compresses far less (limits.py)
