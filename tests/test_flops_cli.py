@@ -246,3 +246,32 @@ def test_moe_summary_shows_active_parameters(capsys, tmp_path):
     total = model.num_parameters()
     assert main([str(tmp_path)]) == 0
     assert f"active       {total - idle:,} parameters per token (top-k experts; {total:,} in all)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["llama", "swin", "whisper", "esm"])
+@pytest.mark.parametrize("command", ["flops", "memory"])
+def test_a_folder_of_a_config_alone_is_that_config(tmp_path, capsys, kind, command):
+    """A folder holding config.json and no weights file (a config downloaded alone) answers as the config itself
+    (the static path and, for ESM, the meta device's), with a note saying so; transformers writes each config."""
+    from transformers import EsmConfig, LlamaConfig, SwinConfig, WhisperConfig
+    config = {"llama": lambda: LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
+              "swin": lambda: SwinConfig(embed_dim=16, depths=[1, 1], num_heads=[1, 2], image_size=32),
+              "whisper": lambda: WhisperConfig(d_model=32, encoder_layers=1, decoder_layers=1, vocab_size=128),
+              "esm": lambda: EsmConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                       vocab_size=33, pad_token_id=1, mask_token_id=32,
+                                       architectures=["EsmForMaskedLM"])}[kind]()
+    config.save_pretrained(tmp_path)
+    (tmp_path / "README.md").write_text("a model card, no weights")
+    alone = run_json(capsys, command, str(tmp_path))
+    bare = run_json(capsys, command, str(tmp_path / "config.json"))
+    assert sorted(alone["notes"]) == sorted(bare["notes"] + [f"{tmp_path} holds no weights file: from its config.json alone"])
+    assert {k: v for k, v in alone.items() if k != "notes"} == {k: v for k, v in bare.items() if k != "notes"}
+
+
+def test_a_folder_with_weights_or_without_a_model_config_is_unchanged(tmp_path, capsys, cli):
+    r = run_json(capsys, "flops", os.path.join(FIX, "gpt2-tiny"))
+    assert not any("holds no weights file" in n for n in r["notes"])
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')      # no model_type: not a model's config
+    rc, out, err = cli("flops", str(tmp_path))
+    assert rc != 0 and out == "" and err.count("\n") == 1 and "folder holds no weights file" in err

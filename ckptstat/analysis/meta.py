@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..census.model import Model, is_bare_config
+from ..census.model import Model, folder_config, is_bare_config
 from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families import get
@@ -551,7 +551,11 @@ def load(path: str, config: str | None = None, seqs: Collection[int] = (), flops
     """census.model.load; where no op template describes the model (UsageError), or not at one of the sequence lengths
     `seqs` the caller will run (Family.longest_seq), transformers on the meta device when the `run` extra is installed,
     else the refusal with what would answer. flops=False (`memory`, which counts no FLOPs): a family's refusal of the
-    FLOPs alone (Family.flops_refused: its parameters and cache are described) keeps the op template's model."""
+    FLOPs alone (Family.flops_refused: its parameters and cache are described) keeps the op template's model. A
+    folder holding a config.json and no weights is its config."""
+    if (alone := folder_config(path, config)) is not None:
+        m = load(alone, None, seqs, flops)
+        return replace(m, notes=(*m.notes, f"{path} holds no weights file: from its config.json alone"))
     try:
         m = static_load(path, config)
     except NoAnalyticModel as e:   # a config the static path refuses for a bad value stays refused

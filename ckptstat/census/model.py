@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core import Checkpoint
-from ..errors import NoAnalyticModel, UsageError
+from ..errors import FileNotFound, NoAnalyticModel, UsageError
 from ..families import get, language_model
 from ..families.framework.base import KVLines
 from ..families.framework.graph import Op, predict_params
@@ -21,7 +21,7 @@ from ..families.framework.spec import (
 from ..families.images import modelled
 from ..families.load_table import load_differences
 from ..families.wrappers import is_outside, outside_module
-from ..formats.registry import load_config, open_checkpoint
+from ..formats.registry import load_config, open_checkpoint, resolve_folder
 from .counts import parameters
 from .quant import stored
 from .resolution import resolve
@@ -109,6 +109,21 @@ def is_bare_config(path: str) -> bool:
     return isinstance(data, dict) and "model_type" in data and "weight_map" not in data
 
 
+def folder_config(path: str, config: str | None) -> str | None:
+    """A local folder's config.json where the folder holds no weights file (a config downloaded alone): read as a
+    bare config; None otherwise (a folder of weights, or one resolve_folder refuses for another reason)."""
+    found = os.path.join(path, "config.json")
+    if config is not None or not os.path.isdir(path) or not is_bare_config(found):
+        return None
+    try:
+        resolve_folder(path)
+    except FileNotFound:
+        return found
+    except UsageError:
+        pass
+    return None
+
+
 def from_checkpoint(ckpt: Checkpoint) -> Model:
     c = tally(ckpt)   # the census's one pass (a quantised weight: its method and the bytes of all its pieces)
     count, by_dtype = c.total, c.stored_by_dtype()
@@ -151,7 +166,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                          f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
                          f"so no FLOPs or activation memory from it")
     if predicted["total"] != count + made:
-        notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
+        source = "the config" if ckpt.config else "the architecture the tensor names show"
+        notes.append(f"{source} predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
