@@ -32,7 +32,8 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
         out = classify_columns(c.names, c.dtypes, c.shapes)
     except CorruptCheckpointError as e:   # a name naming cannot read (a 5,000-digit layer index): name the file
         raise CorruptCheckpointError(e.path or ckpt.path, e.reason) from None
-    if ckpt.config and ckpt.config.get("architectures"):   # a role the class decides against the name rules
+    # a role the class config.json names decides against the name rules (transformers' or diffusers')
+    if ckpt.config and (ckpt.config.get("architectures") or diffusers_class(ckpt)):
         from ..families.buffer_table import roles  # (the family modules load with a class to look up)
         out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in roles(list(out), ckpt.config).items()
                     if out[n].role in ("parameter", "buffer")})

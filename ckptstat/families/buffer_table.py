@@ -16,21 +16,25 @@ from typing import Any
 from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "buffer_table.json")
+_DIFFUSERS = os.path.join(os.path.dirname(__file__), "diffusers_buffer_table.json")   # fixtures/make_diffusers_buffer_table.py
 _DIGITS = re.compile(r"\d+")
 
 
 @functools.cache
-def _table() -> Mapping[str, Mapping[str, str]]:
-    with open(_PATH, encoding="utf-8") as f:
+def _table(path: str = _PATH) -> Mapping[str, Mapping[str, str]]:
+    with open(path, encoding="utf-8") as f:
         classes: Mapping[str, Mapping[str, str]] = json.load(f)["classes"]
     return classes
 
 
 def class_roles(cfg: Mapping[str, Any] | None) -> Mapping[str, str]:
-    """{name, digits as `#`: role} of the first `architectures` class the table lists; {} when config.json names
-    none (the name rules are right for every class the table leaves out)."""
+    """{name, digits as `#`: role} of the first `architectures` class the table lists, or of the diffusers class a
+    diffusers model's config names (`_class_name`); {} when config.json names none (the name rules are right for
+    every class the tables leave out)."""
     if not cfg:
         return {}
+    if "_diffusers_version" in cfg and isinstance(cls := cfg.get("_class_name"), str):
+        return _table(_DIFFUSERS).get(cls, {})
     table = _table()
     return next((table[c] for c in architectures(cfg) if c in table), {})
 
