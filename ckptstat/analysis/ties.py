@@ -293,7 +293,9 @@ def verdict(ckpt: Checkpoint) -> dict:
     """The summary's tie line and its data (headers and config only)."""
     ties = find_ties(ckpt)
     evidence = sorted({t.evidence for t in ties})
-    text = (f"{len(ties)} tied name(s) counted once ({', '.join(evidence)}): see `ckptstat ties`" if ties
+    twice = [t for t in ties if t.status == "stored twice"]
+    again = f", {len(twice)} stored twice ({sum(t.numel for t in twice):,} elements stored again)" if twice else ""
+    text = (f"{len(ties)} tied name(s) counted once ({', '.join(evidence)}){again}: see `ckptstat ties`" if ties
             else "none found in headers or config (`ckptstat ties --deep` compares contents)")
     return {"count": len(ties), "text": text,
             "pairs": [{"alias": t.alias, "target": t.target, "evidence": t.evidence, "status": t.status} for t in ties]}

@@ -14,7 +14,7 @@ from ..families import by_model_type, get
 from ..families.framework.base import ArchSpec, Family, TieRule
 from ..families.framework.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
 from ..naming import name_forms
-from .counts import diffusers_class, diffusion_layout, lora_naming, name_family
+from .counts import aliases, diffusers_class, diffusion_layout, lora_naming, name_family
 from .quant import logical
 from .quant.mlx import as_converted
 
@@ -109,6 +109,8 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
     # once: a 200k-tensor header pays per name (docs/performance.md)
     T = canonical_tensors(ckpt.tensors, ckpt.metadata, name_forms(ckpt))
     head, why = infer_head(name, T)
+    if alias_of := aliases(ckpt):   # a name over another's storage (a tied head in a torch.save) is no tensor of its
+        T = canonical_tensors({n: t for n, t in ckpt.tensors.items() if n not in alias_of}, ckpt.metadata)  # own
     try:
         spec = from_canonical(name, T, head)
     except UsageError as e:

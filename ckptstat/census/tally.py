@@ -8,7 +8,7 @@ from __future__ import annotations
 import operator
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from itertools import compress
 
@@ -17,6 +17,7 @@ from ..core.tensor_table import columns, with_extra
 from ..naming import PADDLE_ACCUMULATOR
 from .counts import aliases, placements
 from .quant import logical, stored
+from .ties import stored_twice
 
 _PADDLE = re.compile(PADDLE_ACCUMULATOR)
 
@@ -26,7 +27,7 @@ Sums = list[int]   # [elements, stored bytes, tensors]
 @dataclass
 class Tally:
     total: int                                # unique parameters (census.parameters)
-    tensor_bytes: int                         # bytes of every stored tensor, aliases once
+    tensor_bytes: int                         # bytes of every stored tensor, aliases once, copies of a tie each
     buckets: dict[str, Sums]
     layers: dict[tuple[str, int], Sums]
     by_dtype: dict[str, Sums]                 # stored label (dtype, or quantisation method) -> sums
@@ -42,6 +43,12 @@ def tally(ckpt: Checkpoint) -> Tally:
     return logical(ckpt).derived("tally", _tally)
 
 
+def _without(apart: Collection[str], names: list[str], *columns: list) -> tuple[list, ...]:
+    """The columns less the rows of the names `apart`."""
+    keep = [n not in apart for n in names]
+    return tuple(list(compress(col, keep)) for col in (names, *columns))
+
+
 def _tally(ckpt: Checkpoint) -> Tally:
     place, alias_of = placements(ckpt), aliases(ckpt)
     # The tensors' columns (core/tensor_table.py), not a TensorInfo each; only a tensor with extra facts (a quantised
@@ -51,9 +58,10 @@ def _tally(ckpt: Checkpoint) -> Tally:
     names, numels, file_bytes = c.names, c.numels, c.nbytes
     dtype_col: list[str | tuple[str, str]] = list(c.dtypes)
     if alias_of:   # an alias is counted under its first name only
-        keep = [n not in alias_of for n in names]
-        names, numels = list(compress(names, keep)), list(compress(numels, keep))
-        file_bytes, dtype_col = list(compress(file_bytes, keep)), list(compress(dtype_col, keep))
+        names, numels, file_bytes, dtype_col = _without(alias_of, names, numels, file_bytes, dtype_col)
+    tensor_bytes = sum(file_bytes)
+    if twice := stored_twice(ckpt):   # a tied weight the file stores again: once, as transformers loads it
+        names, numels, file_bytes, dtype_col = _without(twice, names, numels, file_bytes, dtype_col)
     placed = list(map(place.__getitem__, names))
     by_id = {id(p): p for p in placed}   # (the Placement objects stay alive in `placed` while ids are in use)
     if special:   # a quantised weight's row is its own key: its label and bytes are all its pieces' (census/quant/)
@@ -64,7 +72,7 @@ def _tally(ckpt: Checkpoint) -> Tally:
         return zip(map(id, placed), dtype_col, numels)
 
     counts = Counter(keys())   # in first-seen order, so every table below fills as name by name
-    out = Tally(0, sum(file_bytes), {}, {}, {}, {}, [], ([], [], []))
+    out = Tally(0, tensor_bytes, {}, {}, {}, {}, [], ([], [], []))
     groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
     key_bytes: dict[tuple, int] = {}   # a parameter key's stored bytes a tensor
     stacked: list[tuple[str, int, Sums]] = []   # (bucket, layers, sums) of tensors stacked by layer

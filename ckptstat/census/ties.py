@@ -72,6 +72,14 @@ def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule, head: str | None) -> 
     return any(n.startswith(module) for n in ckpt.tensors)
 
 
+def stored_twice(ckpt: Checkpoint) -> frozenset[str]:
+    """The names of ties transformers makes on load that the file stores again, separately (from headers and
+    config alone: the class's tie groups where config.json names a class the tie table lists, else the family's
+    rules): each pair loads as one parameter, so the census counts the copy as it counts an alias, once (its bytes
+    stay in the file's)."""
+    return ckpt.derived("stored_twice", lambda c: frozenset(t.alias for t in find_ties(c) if t.status == "stored twice"))
+
+
 def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> list[Tie]:
     """Every tie the evidence supports; each alias appears once, with its strongest evidence. Rules
     come from the family and head the census resolved (census.resolve), never from other families:
@@ -132,9 +140,13 @@ def _ruled_out(ckpt: Checkpoint, own: ClassTies | None, alias: str, target: str,
     storages (a torch pickle), each over its own, and config.json does not set tie_word_embeddings: the model that
     wrote it did not tie them (transformers 5 unties LongT5's stacks from `shared` with the switch off). A file
     whose config asks for the tie keeps it (a state_dict rebuilt tensor by tensor, as consolidation tools write it,
-    is still loaded tied)."""
+    is still loaded tied). (4) Both names are stored and config.json names a class the tie table lists: they are
+    tied only if one of the class's tie groups under this config holds both (transformers 5 ties BERT's decoder bias,
+    and a T5's head, only with tie_word_embeddings on; T5's stacks always)."""
     if evidence in ("shared storage", "safetensors metadata", "identical contents"):
         return False
+    if status == "stored twice" and own is not None:   # (4) the class says which names are one object
+        return not any(alias in g and target in g for g in own.groups)
     if status == "stored twice":   # (3), unless config.json asks for the tie: a consolidated state_dict still ties
         a, b = ckpt.tensors[alias], ckpt.tensors[target]
         asked = (ckpt.config or {}).get("tie_word_embeddings") is True
@@ -148,17 +160,22 @@ def _ruled_out(ckpt: Checkpoint, own: ClassTies | None, alias: str, target: str,
 
 def _class_table_ties(ckpt: Checkpoint, own: ClassTies, add: Callable[[Tie], None], ties: dict[str, Tie]) -> None:
     """The ties of the class config.json names, as transformers ties them (families/tie_table.py): each name of a
-    tie group the file lacks is the group's stored tensor (save_pretrained keeps one name of each group)."""
+    tie group the file lacks is the group's stored tensor (save_pretrained keeps one name of each group); with the
+    config's switch on, each other name of it the file stores again, separately, in the same shape, a copy
+    transformers ties on load (with it off the table's groups are not the model's: transformers 5.25 unties
+    LongT5's stacks and T5's head although the table, built with the switch on, lists them as always tied)."""
     tensors = ckpt.tensors
     label = f"config.json architectures {own.cls}"
     for group in own.groups:
         present = [n for n in group if n in tensors]
-        if not present or len(present) == len(group):
+        if not present:
             continue
         target = next((n for n in present if n not in ties), present[0])
         for name in group:
             if name not in tensors:
                 add(Tie(name, target, label, "absent from file", tensors[target].numel))
+            elif own.switch and name != target and name not in ties and tensors[name].shape == tensors[target].shape:
+                add(Tie(name, target, label, "stored twice", tensors[name].numel))
 
 
 def _tf_spelled_rules(ckpt: Checkpoint, resolution: Any, tied_cfg: bool | None, names_tied: bool,

@@ -92,7 +92,7 @@ FAMILY = Family(
     pooler=pooler,
     tie_rules=(TieRule(f"{LM.decoder}.weight", "albert.embeddings.word_embeddings.weight", "config",
                        heads=("mlm", "pretraining")),
-               TieRule(f"{LM.decoder}.bias", str(LM.bias), "always", heads=("mlm", "pretraining"))),
+               TieRule(f"{LM.decoder}.bias", str(LM.bias), "config", heads=("mlm", "pretraining"))),
     samples=(
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3),
                ("AlbertForMaskedLM", "AlbertForQuestionAnswering")),

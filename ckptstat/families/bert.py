@@ -440,8 +440,8 @@ FAMILY = Family(
           for prefix, lm in dict.fromkeys((v.prefix, v.lm.decoder) for v in MODEL_TYPES.values()
                                           if not v.electra and v.lm.dense and v.ties)),
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
-        # the decoder's bias and the one the head holds (LMHead.bias)
-        *(TieRule(f"{decoder}.bias", bias, "always", heads=_MLM)
+        # the decoder's bias and the one the head holds (LMHead.bias), tied with the weight in transformers 5
+        *(TieRule(f"{decoder}.bias", bias, "config", heads=_MLM)
           for decoder, bias in dict.fromkeys((v.lm.decoder, v.lm.bias) for v in MODEL_TYPES.values()) if bias),
         # ELECTRA: ElectraForMaskedLM and ElectraForCausalLM have the generator head (ElectraForPreTraining is
         # the discriminator)

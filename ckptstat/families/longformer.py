@@ -160,7 +160,7 @@ FAMILY = Family(
     head_rules=encoder.HEAD_RULES,
     # LongformerForMaskedLM._tied_weights_keys
     tie_rules=(TieRule("lm_head.decoder.weight", "longformer.embeddings.word_embeddings.weight", "config", heads=("mlm",)),
-               TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=("mlm",))),
+               TieRule("lm_head.decoder.bias", "lm_head.bias", "config", heads=("mlm",))),
     # RoBERTa's positions from padding_idx + 1 (bert.py)
     position_offset={"longformer": 2},
     # on the CPU: the forward asks whether any token is global (.item(), no meta kernel); a window of 4 pads the tests' 8

@@ -125,7 +125,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
         console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
                            f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
         if an["agree"] is False:
-            console.print(Text(f"analytic     the config predicts {an['predicted_params']:,} parameters, "
+            source = "the config" if r["config"] else "the architecture the tensor names show"
+            console.print(Text(f"analytic     {source} predicts {an['predicted_params']:,} parameters, "
                                f"the checkpoint holds {r['parameters']['unique']:,}"), style="yellow")
         elif an.get("outside_params"):   # a multimodal wrapper: its towers and projectors beside the language model
             console.print(Text(f"analytic     {an['predicted_params']:,} parameters the config predicts (the language "
