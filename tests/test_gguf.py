@@ -352,13 +352,13 @@ def test_architecture_without_a_config_says_so(cli, tmp_path, arch):
 
 
 def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
-    """A file of types whose values are not decoded (TQ1_0, MXFP4: gguf-py quantizes them) said `2 skipped (aliases,
+    """A file of types whose values are not decoded (TQ1_0, TQ2_0: gguf-py quantizes them) said `2 skipped (aliases,
     buffers, strings: see --json)`: now the count per reason, each type named as gguf-py's reader names it."""
     gguf = pytest.importorskip("gguf")
     rng = np.random.default_rng(0)
     path = str(tmp_path / "t.gguf")
     w = gguf.GGUFWriter(path, "llama")
-    for q in (gguf.GGMLQuantizationType.TQ1_0, gguf.GGMLQuantizationType.MXFP4):
+    for q in (gguf.GGMLQuantizationType.TQ1_0, gguf.GGMLQuantizationType.TQ2_0):
         data = gguf.quants.quantize(rng.standard_normal((2, 256)).astype(np.float32), q)
         w.add_tensor(f"blk.0.{q.name}.weight", data, raw_shape=data.shape, raw_dtype=q)
     w.write_header_to_file()
@@ -369,3 +369,64 @@ def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
     rc, out, _ = cli("stats", path)
     out = " ".join(out.split())
     assert rc == 1 and f"{len(types)} skipped ({', '.join(f'1 {t} not decoded' for t in types)}: see --json)" in out
+
+
+@pytest.mark.parametrize("qtype", ["MXFP4", "NVFP4"])
+def test_4_bit_float_blocks_equal_gguf_py_dequantize(tmp_path, cli, qtype):
+    """MXFP4 (gpt-oss's experts: an E8M0 scale a 32-value block) and NVFP4 (four UE4M3 scales a 64-value block)
+    decode bit for bit as gguf-py's `dequantize` does, for every byte value (random blocks: scales up to 2^127,
+    whose products overflow to inf as gguf-py's do) and for what gguf-py's MXFP4 quantizer writes; `stats` of such
+    a file reads them (it said "not decoded") and `diff` against its source compares them."""
+    gguf = pytest.importorskip("gguf")
+    from ckptstat.core.quants import dequantize
+
+    q = getattr(gguf.GGMLQuantizationType, qtype)
+    block, nbytes = gguf.GGML_QUANT_SIZES[q]
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(4096, nbytes), dtype=np.uint8)
+    with np.errstate(over="ignore"):
+        want = gguf.quants.dequantize(raw.reshape(-1), q).astype(np.float32)
+    assert np.array_equal(dequantize(raw, qtype).reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
+    if qtype != "MXFP4":   # gguf-py quantizes MXFP4 only
+        return
+    x = (rng.standard_normal((6, 256)) * 0.02).astype(np.float32)
+    path = str(tmp_path / "m.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tensor("blk.0.ffn_up.weight", gguf.quants.quantize(x, q), raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    values = open_checkpoint(path).read("blk.0.ffn_up.weight")
+    assert np.array_equal(values, gguf.quants.dequantize(gguf.GGUFReader(path).tensors[0].data, q).reshape(6, 256))
+    rc, out, _ = cli("stats", path, "--json")
+    row = json.loads(out)["tensors"][0]
+    assert rc == 0 and (row["min"], row["max"]) == (float(values.min()), float(values.max()))
+
+
+def test_diff_compares_what_it_decodes_and_says_what_it_does_not(tmp_path, cli):
+    """Two GGUF files with an IQ2_XXS tensor (no decoder yet) beside a Q8_0 one: diff compares the Q8_0 values and
+    lists the IQ2_XXS one as not compared, with the reason, exit 0 (it stopped at the first undecoded tensor)."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    paths = []
+    for name, scale in (("a", 1.0), ("b", 2.0)):
+        path = str(tmp_path / f"{name}.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        q8 = gguf.GGMLQuantizationType.Q8_0
+        w.add_tensor("blk.0.ffn_up.weight", gguf.quants.quantize(x * scale, q8), raw_dtype=q8)
+        _, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.IQ2_XXS]
+        w.add_tensor("blk.0.ffn_down.weight", np.zeros((4, nbytes), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ2_XXS)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        paths.append(path)
+    rc, out, err = cli("diff", *paths, "--json")
+    r = json.loads(out)
+    rows = {t["name"]: t for t in r["tensors"]}
+    assert rc == 1 and rows["blk.0.ffn_up.weight"]["status"] == "values", err
+    assert rows["blk.0.ffn_down.weight"]["status"] == "unread"
+    assert rows["blk.0.ffn_down.weight"]["unread"] == "values of IQ2_XXS tensors are not decoded yet"
+    assert "1 tensor(s) of block types not decoded yet are not compared" in r["compared"]

@@ -209,9 +209,9 @@ def can_decode(dtype: str) -> bool:
     ckptstat has no decoder for yet, such as the i-quants)."""
     d = DTYPES[dtype]
     if d.is_blocked:
-        from .quants import QUANTS
+        from .quants import CODEBOOKS, QUANTS
 
-        return dtype in QUANTS
+        return dtype in QUANTS or dtype in CODEBOOKS
     return d.kind != "str"
 
 

@@ -22,6 +22,13 @@ callers pass the blocks a range touches, so memory is a few times that range.
 
 (Q8_K, llama.cpp's intermediate type for dot products, is never a tensor's type in a file, and gguf-py has no
 dequantize for it to test against: not decoded.)
+
+The 4-bit float types store each element as an E2M1 code (its value doubled, ggml's kvalues_mxfp4) times a
+power-of-two or FP8 scale; their grid is not evenly spaced, so they are decoded (CODEBOOKS) but have no
+rounding bound in analysis/conversion.py:
+
+    MXFP4    32  e (E8M0), qs[16] nibbles                              2^(e-128) * kv[q]  (gpt-oss's experts)
+    NVFP4    64  d[4] (UE4M3, 16 elements each), qs[32] nibbles        d/2 * kv[q]
 """
 from __future__ import annotations
 
@@ -164,10 +171,46 @@ QUANTS: dict[str, Quant] = {
 }
 
 
+_FP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)   # E2M1 x 2
+
+
+def _e8m0_halves() -> F32:
+    """ggml_e8m0_to_fp32_half of each byte: 2^(e - 128), as float32 bits (e 0 and 1: subnormal)."""
+    e = np.arange(256, dtype=np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << np.minimum(e, np.uint32(1)), (np.maximum(e, np.uint32(1)) - 1) << 23)
+    halves: F32 = bits.astype(np.uint32).view(np.float32)
+    return halves
+
+
+def _ue4m3_halves() -> F32:
+    """Half of each byte read as an unsigned E4M3 (bias 7, 0x7F none), as gguf-py's NVFP4 reads its scales."""
+    x = np.arange(256, dtype=np.uint8)
+    exp, man = (x >> 3).astype(np.int32) & 0xF, (x & 7).astype(np.float32)
+    raw = np.where(exp == 0, man * np.float32(2.0 ** -9), (1 + man / 8) * np.exp2(exp.astype(np.float32) - 7))
+    halves: F32 = np.where((x == 0) | (x == 0x7F), np.float32(0), raw * np.float32(0.5)).astype(np.float32)
+    return halves
+
+
+_E8M0, _UE4M3 = _e8m0_halves(), _ue4m3_halves()
+
+
+def _mxfp4(b: U8) -> Parts:   # e, qs[16]
+    return _one(_E8M0[b[:, 0]], _FP4[_nibbles(b[:, 1:17])])
+
+
+def _nvfp4(b: U8) -> Parts:   # d[4], qs[32]: four sub-blocks of 16, each its 8 bytes' low nibbles then high ones
+    qs = b[:, 4:36].reshape(len(b), 4, 8)
+    return _UE4M3[b[:, :4]], _FP4[np.concatenate([qs & 0x0F, qs >> 4], axis=2)], None
+
+
+CODEBOOKS: dict[str, Callable[[U8], Parts]] = {"MXFP4": _mxfp4, "NVFP4": _nvfp4}
+
+
 def dequantize(blocks: U8, dtype: str) -> F32:
     """(n, block_bytes) -> (n, block) float32, bit-identical to gguf-py's `dequantize`."""
-    scale, code, add = QUANTS[dtype].parts(blocks)
-    values = scale[..., None] * code
-    if add is not None:
-        values = values + add[..., None]
+    scale, code, add = (QUANTS[dtype].parts if dtype in QUANTS else CODEBOOKS[dtype])(blocks)
+    with np.errstate(over="ignore"):   # an E8M0 scale of 2^127 times 6: inf, as in gguf-py (stats count it)
+        values = scale[..., None] * code
+        if add is not None:
+            values = values + add[..., None]
     return values.reshape(len(blocks), -1)

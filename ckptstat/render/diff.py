@@ -68,6 +68,11 @@ def conversion_notes(r: dict) -> list[str]:
         worst = max(rows, key=lambda t: t["max_abs"] or 0.0)
         out.append(f"{len(rows)} tensor(s) rounded to {target}, each within its rounding bound "
                    f"(largest error {_num(worst['max_abs'])}, {max(t['bound_used'] for t in rows):.0%} of the bound)")
+    unread: dict[str, int] = {}
+    for t in r["tensors"]:
+        if t.get("unread"):
+            unread[t["unread"]] = unread.get(t["unread"], 0) + 1
+    out += [f"{n} tensor(s) not compared: {why}" for why, n in unread.items()]
     return out
 
 
