@@ -206,7 +206,7 @@ def _tar_member(t: Trace, tar: tarfile.TarFile, name: str, size: int, *, extract
 
 
 def _tar_pickle(t: Trace, src: Source, record: str, start: int, *, object_pickle: bool = False) -> Walk | None:
-    w = t.reach(walk(src, record, start + src.pos, object_pickle=object_pickle, persistent=object_pickle,
+    w = t.reach(walk(src, record, start + src.pos, object_pickle=object_pickle, persistent=object_pickle and "tar",
                      buffering="peek" if object_pickle else "drop"))
     if w.failure:
         t.fails(w)
@@ -285,7 +285,8 @@ def _tar_dormant(t: Trace, tar: tarfile.TarFile, f: IO[bytes], size: int) -> boo
         return True
     if m.isreg() and m.offset_data < size:
         src = FileWindow(f, m.offset_data, min(m.size, size - m.offset_data))
-        t.walks.append((walk(src, "pickle (tar member)", m.offset_data, object_pickle=True, persistent=True), False))
+        t.walks.append((walk(src, "pickle (tar member)", m.offset_data, object_pickle=True, persistent="tar"),
+                        False))
     return True
 
 
@@ -357,7 +358,8 @@ def _legacy(t: Trace, f: IO[bytes], size: int) -> None:
     t.format = t.format or "legacy torch.save stream"
     pos = 0
     for i, what in enumerate(_LEGACY_PICKLES):
-        w = walk(FileWindow(f, pos, size - pos), f"{what} pickle", pos, object_pickle=i == 3, persistent=i == 3,
+        w = walk(FileWindow(f, pos, size - pos), f"{what} pickle", pos, object_pickle=i == 3,
+                 persistent=i == 3 and "legacy",
                  buffering="peek")
         if t.raises:      # torch.load stopped at a check: what follows is listed, never reached
             t.walks.append((w, False))

@@ -43,6 +43,7 @@ CALLS_TRAINER_CLASS = {   # (data_classes.TRAINER_CLASSES: plain data only as th
 }
 USED_BESIDE_KEYS = ("outside torch's weights_only allowlist, and referenced other than as a dict's key (Lightning "
                     "before 1.5 keys `callbacks` by this class, which is harmless; called or passed on, it may run)")
+REBUILD_FROM_TYPE = "torch._tensor._rebuild_from_type_v2"   # (func, new_type, args, state): calls func(*args)
 BUILDS_GLOBAL = ("BUILD on the imported global itself (a class or function, not an object made from it): its "
                  "attributes are set, changing it for the whole loading process")
 
@@ -178,7 +179,7 @@ def text_int(line: bytes, long: bool) -> object:
 # The machine: the C unpickler's reads, stack, marks, memo and find_class (pickle_walk.py runs opcodes on it).
 
 class Machine:
-    def __init__(self, src: Source, walk: Walk, object_pickle: bool, persistent: bool, torch_remap: bool,
+    def __init__(self, src: Source, walk: Walk, object_pickle: bool, persistent: bool | str, torch_remap: bool,
                  buffering: Buffering, builds: Builds | None = None):
         self.src, self.w = src, walk
         self.builds = builds
@@ -292,6 +293,9 @@ class Machine:
             kind = TRAINER_CLASSES[fn.name]
             if kind == "object" or not (isinstance(args, tuple) and len(args) == 1):
                 self.w.findings.append(Finding(self.op_at, "call", fn.name, CALLS_TRAINER_CLASS[kind]))
+        if init and isinstance(fn, Global) and fn.name == REBUILD_FROM_TYPE and isinstance(args, tuple) \
+                and len(args) == 4 and isinstance(args[2], tuple):
+            self.made(args[0], args[2], True)   # it calls func(*args) (torch/_tensor.py): judged as that call
         return UNKNOWN if self.builds is None else self.builds.made(self, fn, args, init)
 
     def built(self, obj: object, state: object) -> object:

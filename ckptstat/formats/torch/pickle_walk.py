@@ -66,12 +66,15 @@ def _run(m: Machine) -> None:
             return
 
 
-def walk(src: Source, record: str, start: int | None, *, object_pickle: bool = False, persistent: bool = False,
-         torch_remap: bool = False, buffering: Buffering = "peek", builds: Builds | None = None) -> Walk:
+def walk(src: Source, record: str, start: int | None, *, object_pickle: bool = False,
+         persistent: bool | str = False, torch_remap: bool = False, buffering: Buffering = "peek",
+         builds: Builds | None = None) -> Walk:
     """Walk one pickle from `src`'s current position (see the module doc). `object_pickle`: read by
     torch.load's UnpicklerWrapper (storage names, `torch_remap`: torch.tensor -> torch._tensor);
-    `persistent`: a persistent_load is set; `buffering`: whether the stream has `peek`; `builds`: the loader's
-    own objects, where its unpickler reads more at a BUILD (pickle_machine.Builds)."""
+    `persistent`: a persistent_load is set (True: torch's zip format's, storages alone; "legacy" / "tar": the
+    legacy stream's and the tar format's, which hand a module container's class back: `_persisted`);
+    `buffering`: whether the stream has `peek`; `builds`: the loader's own objects, where its unpickler reads more
+    at a BUILD (pickle_machine.Builds)."""
     w = Walk(record, start)
     m = Machine(src, w, object_pickle, persistent, torch_remap, buffering, builds)
     try:
@@ -148,11 +151,23 @@ def _persid(m: Machine) -> None:
 
 
 def _binpersid(m: Machine) -> None:
-    m.pop()
+    pid = m.pop()
     if not m.persistent:
         m.note_weights_only("persistent id outside the object pickle")
         raise Fail("a persistent id without a persistent_load")
-    m.push(UNKNOWN)
+    m.push(_persisted(m, pid))
+
+
+def _persisted(m: Machine, pid: object) -> object:
+    """What torch's persistent_load hands back for `pid` (torch/serialization.py): the legacy stream's for
+    ('module', cls, source file, source) and the tar format's for any tuple is its class, whose source it diffs with
+    the saved one (writing `<cls.__name__>.patch` where cls.dump_patches is set: a BUILD on a global that sets both is
+    caught as one); anything else the walk does not model (a storage)."""
+    if not isinstance(pid, tuple) or not pid:
+        return UNKNOWN
+    if m.persistent == "legacy" and len(pid) > 1 and pid[0] in ("module", b"module"):
+        return pid[1]
+    return pid[0] if m.persistent == "tar" else UNKNOWN
 
 
 def _call2(init: bool) -> _Handler:   # REDUCE (callable, args: init) and NEWOBJ (cls, args: cls.__new__)
