@@ -13,6 +13,7 @@ import pytest
 from conftest import fixture
 
 sys.path.insert(0, os.path.dirname(__file__))
+from hf_cache import hf_repo  # noqa: E402
 from remote_server import Server  # noqa: E402
 
 REV = "0" * 40   # the commit the stand-in Hub names
@@ -96,3 +97,33 @@ def test_the_cache_root_names_its_repositories(cache, cli):
     rc, out, err = cli(str(cache))
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "2 repositories (models--org--bert, models--org--gpt2)" in err and "scan" in err
+
+
+def test_scan_judges_a_cache_file_by_its_snapshot_name(tmp_path):
+    """A cache's files are blobs named by their hash, reached through snapshot links: scan judges each under its
+    snapshot name too, since loaders are chosen by name (a SavedModel's ops, Keras 2's keras_metadata.pb, a
+    config's remote code, a chat template: judged as the blob alone, each went unread). The cache and a plain copy
+    of the snapshot list the same files with the same verdicts, under the snapshot's names."""
+    from ckptstat.analysis.scan import scan_path
+
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+    sources = {"": os.path.join(fixtures, "tf-saved-model-ops", "write_file"),
+               "keras2": os.path.join(fixtures, "keras2-saved-model", "lambda_functional"),
+               "templates": os.path.join(fixtures, "chat-templates")}
+    files = {}
+    for prefix, folder in sources.items():
+        for here, _, names in os.walk(folder):
+            for n in names:
+                rel = os.path.relpath(os.path.join(here, n), folder)
+                files[os.path.join(prefix, rel) if prefix else rel] = open(os.path.join(here, n), "rb").read()
+    files["config.json"] = b'{"model_type": "llama", "auto_map": {"AutoModel": "modeling.Model"}}'
+    snap = hf_repo(tmp_path / "cache", files)
+    plain = tmp_path / "plain"
+    shutil.copytree(snap, plain, symlinks=False)
+    want = {f["path"]: f["status"] for f in scan_path(str(plain))["files"]}
+    assert want["saved_model.pb"] == "unsafe" and want["config.json"] == "unknown", want
+    assert want[os.path.join("keras2", "keras_metadata.pb")] == "unsafe", want
+    for root in (tmp_path / "cache", snap.parent.parent):
+        got = scan_path(str(root))["files"]
+        prefix = os.path.relpath(snap, root) + os.sep
+        assert {f["path"].removeprefix(prefix): f["status"] for f in got} == want, root

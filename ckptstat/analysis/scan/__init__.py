@@ -14,6 +14,7 @@ Anything skipped makes the exit code 1.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable
 from typing import Any
@@ -82,13 +83,15 @@ def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict
     return {"path": rel, "status": r["status"], "error": None, **{k: r[k] for k in keys}}
 
 
-def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str]]:
-    """(relative path, path) of each regular file under `root` to judge, once per real file, in walk order; what
-    is not followed goes to `skipped`. A file reached by several names is judged under the first whose extension
-    says pickle (a Hugging Face cache's `snapshots/<rev>/pytorch_model.bin` rather than its `blobs/<sha>`), else
-    its first name not ending in `.safetensors`, else its first: torch.load is given a name, and hands
-    `*.safetensors` to safetensors by it, so a pickle behind `model.safetensors` is still torch.load's through a
-    link `model_best.pth.tar` to it."""
+def _candidates(root: str, skipped: list[dict[str, str]]) -> list[list[tuple[str, str]]]:
+    """The (relative path, path) names to judge each regular file under `root` by, once per real file, in walk
+    order; what is not followed goes to `skipped`. A file reached by several names is judged first under the first
+    whose extension says pickle (a Hugging Face cache's `snapshots/<rev>/pytorch_model.bin` rather than its
+    `blobs/<sha>`), else its first name not ending in `.safetensors`, else its first: torch.load is given a name,
+    and hands `*.safetensors` to safetensors by it, so a pickle behind `model.safetensors` is still torch.load's
+    through a link `model_best.pth.tar` to it. Then under each other file name it has that is no content hash:
+    loaders are chosen by name (a cache's `snapshots/<rev>/saved_model.pb` or `config.json` behind `blobs/<sha>`
+    was judged as the blob alone, and its ops or remote code went unread)."""
     real_root = os.path.realpath(root)
     names: dict[str, list[tuple[str, str]]] = {}
     def unlisted(folder: str, why: str) -> None:
@@ -115,9 +118,36 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
                 skipped.append({"path": rel, "why": "not a regular file"})
                 continue
             names.setdefault(real, []).append((rel, p))
-    chosen = [next((n for n in found if n[0].lower().endswith(EXTENSIONS)),
-                   next((n for n in found if not n[0].endswith(".safetensors")), found[0])) for found in names.values()]
-    return sorted(chosen, key=lambda n: _walk_order(n[0].replace(os.sep, "/")))
+    out = []
+    for found in names.values():
+        first = next((n for n in found if n[0].lower().endswith(EXTENSIONS)),
+                     next((n for n in found if not n[0].endswith(".safetensors")), found[0]))
+        more, seen = [], {os.path.basename(first[0])}
+        for n in found:
+            base = os.path.basename(n[0])
+            if base not in seen and not _CONTENT_HASH.fullmatch(base):
+                seen.add(base)
+                more.append(n)
+        out.append([first, *more])
+    return sorted(out, key=lambda n: _walk_order(n[0][0].replace(os.sep, "/")))
+
+
+_CONTENT_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")   # a cache's blob name (git's sha1, an LFS sha256)
+_WORST_FIRST = {"unsafe": 0, "unknown": 1, "unreadable": 2, "safe": 3}
+
+
+def _judged_by_names(names: list[tuple[str, str]]) -> tuple[str, tuple[str, Any] | None]:
+    """(the name shown, its judgement) of a file reached by several names: the worst of its judgements under each
+    (a report's status, then unreadable, then skipped), on a tie the first name that is no content hash."""
+    judged = [(rel, found) for rel, p in names if (found := _judged(rel, p)) is not None]
+    if not judged:
+        return names[0][0], None
+
+    def rank(item: tuple[str, tuple[str, Any]]) -> tuple[int, bool]:
+        kind, value = item[1]
+        worst = _WORST_FIRST[value["status"]] if kind == "report" else 2 if kind == "unreadable" else 4
+        return worst, bool(_CONTENT_HASH.fullmatch(os.path.basename(item[0])))
+    return min(judged, key=rank)
 
 
 def nothing_inside(r: dict[str, Any]) -> bool:
@@ -157,10 +187,10 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
     """Every pickle-bearing file under the folder `root` (see the module doc), scanned."""
     files: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
-    for rel, p in _candidates(root, skipped):
+    for names in _candidates(root, skipped):
         if progress:
-            progress(rel)
-        found = _judged(rel, p)
+            progress(names[0][0])
+        rel, found = _judged_by_names(names)
         if found is not None and found[0] == "skipped":
             skipped.append({"path": rel, "why": found[1]})
         elif found is not None:
