@@ -230,3 +230,22 @@ def test_scan_of_truncated_or_garbage_pickles(cli, tmp_path, blob):
     rc, out, err = cli("scan", str(p))   # a pickle torch.load cannot read: a read error, exit 2
     assert rc == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert "torch.load raises at byte" in err and "bad.pkl" in err, err
+
+
+def test_a_file_named_as_a_format_it_does_not_start_as(cli, tmp_path):
+    """A reader chosen by the file's name alone is one whose files start as this one does: a text file named
+    `.bin` / `.pt` is no damaged zip or pickle, a truncated `.keras` (a zip) no HDF5 file."""
+    import zipfile
+    text = b"not a checkpoint, a page saved under the wrong name\n"
+    keras = tmp_path / "src.keras"
+    with zipfile.ZipFile(keras, "w") as z:
+        z.writestr("config.json", "{}" * 2000)
+        z.writestr("model.weights.h5", b"\0" * 4096)
+    cases = {"pytorch_model.bin": (text, "not a checkpoint format ckptstat reads (first bytes 6e 6f 74"),
+             "model.pt": (text, "not a checkpoint format ckptstat reads"),
+             "weights.npz": (text, "not a checkpoint format ckptstat reads"),
+             "model.keras": (keras.read_bytes()[:3000], "damaged or truncated zip")}
+    for name, (data, says) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        rc, out, err = cli("summary", str(tmp_path / name))
+        assert rc == 1 and out == "" and err.count("\n") == 1 and says in err, (name, err)

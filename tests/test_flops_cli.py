@@ -275,3 +275,16 @@ def test_a_folder_with_weights_or_without_a_model_config_is_unchanged(tmp_path, 
     (tmp_path / "config.json").write_text('{"hidden_size": 8}')      # no model_type: not a model's config
     rc, out, err = cli("flops", str(tmp_path))
     assert rc != 0 and out == "" and err.count("\n") == 1 and "folder holds no weights file" in err
+
+
+def test_a_large_bare_config_is_a_config(tmp_path, capsys):
+    """A classifier's config.json with tens of thousands of labels runs to megabytes (ImageNet-21k's 21,841, here
+    60,000), its model_type after id2label as transformers sorts the keys: read whole (up to limits' config_bytes),
+    it is the config it is (past 4 MB it read as 'not a checkpoint format')."""
+    from transformers import SwinConfig
+    labels = {i: f"n{i:08d}, a synset's names, long enough for the file to pass four megabytes" for i in range(60_000)}
+    SwinConfig(embed_dim=16, depths=[1, 1], num_heads=[1, 2], num_labels=60_000, id2label=labels,
+               architectures=["SwinForImageClassification"]).save_pretrained(tmp_path)
+    assert os.path.getsize(tmp_path / "config.json") > 4 << 20
+    r = run_json(capsys, "flops", str(tmp_path / "config.json"))
+    assert r["parameters"]["predicted"] > 60_000 * 16

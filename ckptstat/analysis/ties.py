@@ -119,10 +119,10 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
         {"convention": "torchinfo 1.8 summary", "equals": "torchinfo.summary(model) Total params",
          "params": torchinfo, "differences": torchinfo_extra},
         {"convention": "stored parameter elements",
-         "equals": "elements of the parameter tensors the file stores, each storage once",
+         "equals": "elements of the parameter tensors the file stores, each storage and view once",
          "params": stored, "differences": twice},
         {"convention": "file tensor list", "equals": "sum over every parameter name in the file (a naive state_dict loop)",
-         "params": file_names, "differences": in_file_aliases + twice},
+         "params": file_names, "differences": in_file_aliases},   # (a tie stored twice is one of them)
     ]
     if non_trainable:
         # Keras counts trainable + non-trainable weights (Model.count_params(); summary()'s "Total params"),
@@ -206,12 +206,14 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
         if n in expected and info.shape != expected[n]:
             (relaid if mlx and channels_last(info.shape, expected[n]) else mismatched).append(
                 {"name": spelled[n], "file": list(info.shape), "config": list(expected[n])})
-    # A weight the model always ties (the architecture's rule) that the file keeps as its own variable
-    # with no tie found: TFAlbertMLMHead's decoder_bias, which AlbertForMaskedLM ties to predictions.bias.
+    # A weight the model ties (the architecture's rule, or the config's with the switch on) that the file keeps as
+    # its own variable with no tie found: TFAlbertMLMHead's decoder_bias, which AlbertForMaskedLM ties to
+    # predictions.bias.
     own_copy = []
     for rule in r.tie_rules:
         alias, target = outer + rule.alias, outer + rule.target
-        if (rule.when == "always" and not rule.module and alias in params and target in params and alias not in tie_of
+        if ((rule.when == "always" or tied_cfg) and not rule.module and alias in params and target in params
+                and alias not in tie_of
                 and spelled[alias] not in tie_of):
             own_copy.append({"name": spelled[alias], "elements": params[alias].numel, "tied_to": spelled[target]})
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core import Checkpoint
+from ..core.limits import limits
 from ..errors import FileNotFound, NoAnalyticModel, UsageError
 from ..families import get, language_model
 from ..families.framework.base import KVLines
@@ -103,7 +104,7 @@ def is_bare_config(path: str) -> bool:
         return False
     try:
         with open(path, "rb") as f:
-            data = json.loads(f.read(1 << 22).decode("utf-8"))
+            data = json.loads(f.read(limits().config_bytes).decode("utf-8"))   # (a 22k-class id2label: MBs)
     except (OSError, ValueError, RecursionError):   # (nested too deep: read as a file, its one-line error)
         return False
     return isinstance(data, dict) and "model_type" in data and "weight_map" not in data

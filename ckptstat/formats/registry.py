@@ -108,6 +108,12 @@ def _formats_in_order() -> Iterator[Format]:
     yield from [f for f in FORMATS if f.fallback]
 
 
+_ZIP = b"PK\x03\x04"
+# what a file named as one of these formats starts with, even damaged (a zip's first local header, a pickle's PROTO)
+FALLBACK_HEADS = {"pytorch (zip)": _ZIP, "pytorch export (.pt2)": _ZIP, "numpy (npz)": _ZIP, "keras (zip)": _ZIP,
+                  "pytorch (legacy)": b"\x80"}
+
+
 def detect(path: str) -> Format:
     probe = Probe.of(path)
     for fmt in _formats_in_order():
@@ -116,9 +122,13 @@ def detect(path: str) -> Format:
     _load_all()
     if probe.size == 0:
         raise UnknownFormatError(path, "file is empty")
-    # No magic matched, but the name says what the file should be: let that reader say what is wrong.
+    # No magic matched, but the name says what the file should be: let that reader say what is wrong, where the file
+    # starts as that format's files do (a truncated `.keras` zip is no HDF5 file; a text file named `.bin` no zip)
+    zip_head = probe.head.startswith(_ZIP)
     for fmt in FORMATS:
-        if path.endswith(fmt.extensions) and fmt.extensions:
+        head = FALLBACK_HEADS.get(fmt.name)
+        if path.endswith(fmt.extensions) and fmt.extensions and (head == _ZIP) == zip_head \
+                and probe.head.startswith(head or b""):
             return fmt
     kind = archive_kind(probe.head)
     if kind is not None:   # a model.tar.gz, a zipped folder: what users extract first
