@@ -7,16 +7,15 @@ torch.load, in a throw-away process, does each; scan must say UNSAFE."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import pickle
 import struct
 import subprocess
 import sys
-import tarfile
 
 import pytest
+from conftest import fixture_script
 
 torch = pytest.importorskip("torch")
 
@@ -53,13 +52,7 @@ def legacy_patching(target: str) -> bytes:
 def tar_patching(target: str) -> bytes:
     members = {"storages": pickle.dumps(0, 2) + pickle.dumps([], 2), "tensors": pickle.dumps(0, 2),
                "pickle": _patching(target, True)}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return fixture_script("make_scan_corpus")._tar(members)   # torch < 0.4's layout
 
 
 def _load(path: str, cwd: str, then: str = "") -> str:

@@ -822,3 +822,38 @@ def test_gemma_quantisation_is_what_its_layers_dequantize(tmp_path, dtype):
     _rows_are(r, want)
     assert sum(r["dequantized"]["methods"].values()) == len(want)
     assert set(r["dequantized"]["methods"]) == {"gemma int2", "gemma int4", "gemma int8"}
+
+
+def test_compressed_weights_left_as_stored_are_said(cli, tmp_path):
+    """A float32 model compressed by compressed-tensors keeps float32 scales, which no decoder reads (docs/quantized.md):
+    its quantised weights are in no row, and the report says how many and why (it listed their pieces as skipped by
+    role, and nothing else)."""
+    from conftest import fixture_script
+
+    mq = fixture_script("make_quantized")
+    cfg = mq.tiny_config("llama")
+    cfg.torch_dtype = "float32"
+    model = mq.build(cfg).float()
+    path = mq.write_compressed(model, str(tmp_path / "w4"), "W4A16", "pack-quantized", 32)
+    packed = [n for n in load_file(os.path.join(path, "model.safetensors")) if n.endswith(".weight_packed")]
+    scales = {str(t.dtype) for n, t in load_file(os.path.join(path, "model.safetensors")).items() if n.endswith("_scale")}
+    code, out, _ = cli("stats", path, "--json")
+    r = json.loads(out)
+    assert code == 0 and scales == {"torch.float32"} and r["dequantized"] is None
+    assert r["left_quantized"] == {"compressed-tensors pack-quantized": len(packed)}
+    code, out, _ = cli("stats", path)
+    assert f"not decoded  {len(packed)} quantised weight(s) left as stored" in out
+
+
+def test_memory_of_a_config_whose_quantization_is_not_planned_says_so(cli, tmp_path):
+    """A bare config.json whose quantization_config names a method the planner does not model (compressed-tensors,
+    bitsandbytes from a config): the weights line says the weights are at the config's dtype because of that."""
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      vocab_size=128).to_dict()
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code, out, _ = cli("memory", str(tmp_path / "config.json"), "--json")
+    weights = next(x for x in json.loads(out)["lines"] if x["group"] == "weights")
+    assert code == 0 and "quant_method 'compressed-tensors' is not planned" in weights["rule"]

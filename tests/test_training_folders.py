@@ -132,3 +132,68 @@ def test_a_trainer_folder_scans_safe_and_holds_its_arguments(run, tmp_path):
     ckpt = open_checkpoint(str(bad))
     assert ckpt.tensors and not any(k.startswith("training_args.") for k in ckpt.objects)
     assert any(n.startswith("training_args.bin not read:") and "os.system" in n for n in ckpt.notes)
+
+
+def test_a_peft_trainer_checkpoint_says_its_step_and_optimizer(tmp_path, cli, capsys):
+    """A Trainer's checkpoint-N/ of a PEFT model holds the adapter, not a model: its summary is the adapter's, and
+    said nothing of the step, learning rate or optimizer.pt beside it (audit and trend read them)."""
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(_tiny(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    out = str(tmp_path / "run")
+    args = transformers.TrainingArguments(output_dir=out, max_steps=STEPS, save_steps=STEPS, per_device_train_batch_size=4,
+                                          learning_rate=1e-2, logging_steps=1, report_to=[], use_cpu=True,
+                                          disable_tqdm=True)
+    transformers.Trainer(model=model, args=args, train_dataset=_Data()).train()
+    capsys.readouterr()   # (the Trainer's own prints)
+    folder = os.path.join(out, f"checkpoint-{STEPS}")
+    code, text, _ = cli("summary", folder, "--json")
+    r = json.loads(text)
+    with open(os.path.join(folder, "trainer_state.json")) as f:
+        state = json.load(f)
+    assert code == 0 and r["schema"].startswith("ckptstat.adapter")
+    assert r["training"]["global_step"] == state["global_step"] and r["training"]["epoch"] == state["epoch"]
+    assert r["optimizer_state"] == _held(os.path.join(folder, "optimizer.pt"))
+    code, text, _ = cli("summary", folder)
+    assert "training     Hugging Face Trainer" in text and "parameters' state in" in text
+
+
+def test_an_accelerate_save_state_folder(tmp_path, cli):
+    """accelerate's Accelerator.save_state(folder): model.safetensors, optimizer.bin, scheduler.bin,
+    random_states_0.pkl. Read as one checkpoint: the model, the optimizer state counted apart (torch's figures), the
+    learning rate from optimizer.bin (it was read as a bare model, optimizer.bin ignored)."""
+    accelerate = pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    model = _tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, total_iters=4)
+    acc = accelerate.Accelerator(cpu=True)
+    model, opt, sched = acc.prepare(model, opt, sched)
+    for _ in range(2):
+        x = torch.randint(0, model.config.vocab_size, (2, 8))
+        acc.backward(model(input_ids=x, labels=x).loss)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    folder = str(tmp_path / "state")
+    acc.save_state(folder)
+    assert {"model.safetensors", "optimizer.bin", "scheduler.bin"} <= set(os.listdir(folder))
+    r = summarize(open_checkpoint(folder))
+    assert r["optimizer_state"] == _held(os.path.join(folder, "optimizer.bin"))
+    assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
+    lr = torch.load(os.path.join(folder, "optimizer.bin"), weights_only=True)["param_groups"][0]["lr"]
+    assert r["training"]["library"] == "accelerate Accelerator.save_state" and r["training"]["learning_rate"] == lr
+
+
+def test_trend_says_adafactor_second_moments_are_left_out(tmp_path, cli, capsys):
+    """Adafactor keeps factored second moments (exp_avg_sq_row / _col) for matrices and exp_avg_sq only for vectors:
+    the trend's v columns cover those alone, and say so."""
+    out = str(tmp_path / "run")
+    args = transformers.TrainingArguments(output_dir=out, max_steps=STEPS, save_steps=1, per_device_train_batch_size=4,
+                                          learning_rate=1e-2, logging_steps=1, report_to=[], use_cpu=True,
+                                          optim="adafactor", disable_tqdm=True)
+    transformers.Trainer(model=_tiny(), args=args, train_dataset=_Data()).train()
+    capsys.readouterr()
+    state = torch.load(os.path.join(out, f"checkpoint-{STEPS}", "optimizer.pt"), weights_only=True)["state"]
+    factored = sum(k in ("exp_avg_sq_row", "exp_avg_sq_col") for s in state.values() for k in s)
+    code, text, _ = cli("trend", out)
+    assert code == 0 and factored and f"{factored:,} factored second moments" in " ".join(text.split())

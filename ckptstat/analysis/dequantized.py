@@ -439,6 +439,20 @@ def view(ckpt: Checkpoint, readers: bool = False) -> Checkpoint:
     return ckpt.derived((_VIEW, readers), lambda c: _view(c, readers))
 
 
+def left_as_stored(ckpt: Checkpoint) -> dict[str, int]:
+    """Quantised weights no decoder reads (a float32 scale, a partial block...: docs/quantized.md), by method: their
+    pieces are counted apart by role, their values nowhere."""
+    q = layout(ckpt)
+    if q is None:
+        return {}
+    shown = logical(ckpt).tensors
+    out: dict[str, int] = {}
+    for w in q.weights.values():
+        if _decoder(ckpt, w, shown[w.name].dtype) is None:
+            out[w.method] = out.get(w.method, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def dequantisable(ckpt: Checkpoint) -> bool:
     """Whether any quantised weight of the checkpoint is read as its values (view's readers)."""
     return view(ckpt, True) is not ckpt

@@ -35,7 +35,14 @@ def summary_other(path: str, base: Optional[str], as_json: bool, config: Optiona
 
     ckpt = open_checkpoint(weights)
     base_ckpt = open_checkpoint(base, config) if base is not None else None
-    _show(adapter_report(ckpt, base_ckpt), as_json, "render_adapter")
+    r = adapter_report(ckpt, base_ckpt)
+    if weights != path:   # a Trainer's checkpoint-N/ of a PEFT model: its step, learning rate and optimizer state
+        from ..census import optimizer_state
+
+        whole = open_checkpoint(path)
+        if whole.training:
+            r["training"], r["optimizer_state"] = whole.training, optimizer_state(whole)
+    _show(r, as_json, "render_adapter")
     return True
 
 

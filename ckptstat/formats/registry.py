@@ -531,6 +531,7 @@ def _config_ahead(path: str) -> futures.Future[tuple[str | None, dict[str, Any] 
 _FOLDER_HOOKS: list[Callable[[str, Callable[[str], Checkpoint]], Checkpoint | None]] = []
 _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training",   # Trainer; DeepSpeed's run folder
                         "optimizer.pt": "training",   # a Trainer folder without trainer_state.json (training.py)
+                        "optimizer.bin": "training",  # an accelerate save_state folder (training.py)
                         "mp_rank_00_model_states.pt": "training",                 # DeepSpeed global_stepN/ (ZeRO 0-2)
                         "zero_pp_rank_0_mp_rank_00_model_states.pt": "training",  # ... ZeRO 3
                         "__0.metadata": "dcp",      # a DCP folder saved without rank coordination (rank-local metadata)

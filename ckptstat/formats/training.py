@@ -17,6 +17,11 @@ rate said (docs/training.md).
   optimizer's state over flattened fp32 partitions, `single_partition_of_fp32_groups`). ZeRO-3 partitions the model
   too: `zero_pp_rank_R_mp_rank_00_model_states.pt` per rank, its parameters gathered from the ranks' fp32 partitions
   by formats/deepspeed_zero3.py. A run folder with `latest` opens the tag it names.
+- accelerate `Accelerator.save_state(folder)` (accelerate/checkpointing.py `save_accelerator_state`, utils/constants.py):
+  the model as `model.safetensors` (or `pytorch_model.bin`), `optimizer.bin` (torch.save of the optimizer's
+  state_dict), `scheduler.bin`, `random_states_<process>.pkl`, `sampler.bin`; a second model or optimizer as
+  `model_1...`, `optimizer_1.bin`. Read: the first model and `optimizer.bin` under `optimizer.`, the learning rate
+  from its first param group; no step (accelerate saves none: the folder's name, `checkpoint_<i>`, counts saves).
 - PyTorch Lightning `.ckpt`: one torch.save'd dict, read by the torch reader (formats/torch/training.py says what
   the dict holds: step, epoch, learning rate, the optimizer state's parameter names)."""
 from __future__ import annotations
@@ -43,6 +48,8 @@ TRAINER_OPTIMIZER = "optimizer.pt"       # transformers trainer.py OPTIMIZER_NAM
 # trainer_state.json is missing (rng_state*.pth is not enough: other loops save one)
 TRAINING_ARGS = "training_args.bin"
 TRAINER_SIDE = ("scheduler.pt", TRAINING_ARGS)
+ACCELERATE_OPTIMIZER = "optimizer.bin"   # accelerate utils/constants.py OPTIMIZER_NAME + ".bin"
+_ACCELERATE_SIDE = re.compile(r"^(?:scheduler(?:_\d+)?\.bin|sampler(?:_\d+)?\.bin|random_states_\d+\.pkl)$")
 _CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")   # transformers trainer_utils.py PREFIX_CHECKPOINT_DIR
 DEEPSPEED_LATEST = "latest"              # deepspeed engine.py: the tag of the last save
 _DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_(\d+)_model_states\.pt$")
@@ -91,15 +98,24 @@ def trainer_folder(names: Collection[str]) -> bool:
     return TRAINER_OPTIMIZER in names and any(n in names for n in TRAINER_SIDE) and weights
 
 
+def accelerate_folder(names: Collection[str]) -> bool:
+    """Whether a folder holding `names` is an accelerate save_state folder: optimizer.bin beside the model's weights
+    and a scheduler, sampler or random-states file."""
+    return ACCELERATE_OPTIMIZER in names and any(map(_ACCELERATE_SIDE.match, names)) and \
+        any(n in FOLDER_CANDIDATES for n in names)
+
+
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
-    """A Trainer or DeepSpeed folder as one Checkpoint; None for any other folder. `open_file` opens one file as
-    open_checkpoint does (registry._FOLDER_HOOKS)."""
+    """A Trainer, accelerate or DeepSpeed folder as one Checkpoint; None for any other folder. `open_file` opens one
+    file as open_checkpoint does (registry._FOLDER_HOOKS)."""
     try:
         names = set(os.listdir(folder))
     except OSError:
         return None
     if trainer_folder(names):
         return _trainer(folder, open_file)
+    if accelerate_folder(names):
+        return _accelerate(folder, names, open_file)
     ds = _deepspeed_files(folder)
     if ds is None and os.path.isfile(os.path.join(folder, DEEPSPEED_LATEST)):
         tag = _latest(folder)
@@ -155,6 +171,23 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
         side = " / ".join(n for n in TRAINER_SIDE if os.path.isfile(os.path.join(folder, n)))
         ckpt.notes.append(f"no {TRAINER_STATE}: a Trainer folder by its {TRAINER_OPTIMIZER} and {side}; "
                           + ("the step from the folder's name, no epoch" if state else "no step or epoch"))
+    ckpt.path = folder
+    return ckpt
+
+
+def _accelerate(folder: str, names: set[str], open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+    ckpt = open_file(resolve_folder(folder))
+    opt_path = os.path.join(folder, ACCELERATE_OPTIMIZER)
+    opt = open_file(opt_path)
+    merge_under(ckpt, opt, "optimizer.")
+    lr = (opt.training or {}).get("learning_rate")
+    ckpt.training = {"library": "accelerate Accelerator.save_state", "global_step": None, "epoch": None,
+                     "learning_rate": lr, "learning_rate_from": f"{ACCELERATE_OPTIMIZER} param_groups" if lr is not None
+                     else None, "optimizer": opt_path}
+    more = sorted(n for n in names if re.fullmatch(r"(?:model|optimizer)_\d+\.(?:safetensors|bin)", n))
+    if more:
+        ckpt.notes.append(f"accelerate saved more than one model or optimizer ({', '.join(more[:4])}): the first of "
+                          "each is read; open the others by name")
     ckpt.path = folder
     return ckpt
 

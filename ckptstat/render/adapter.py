@@ -35,6 +35,13 @@ def render_adapter(r: dict, console: Console) -> None:
                        ("" if r.get("base") else " (--base BASE: beside its base and merged model)"), style="dim"))
     if t["base_model"]:
         console.print(name_line("base named   ", t["base_model"], "  (adapter_config base_model_name_or_path)"))
+    if r.get("training"):   # a Trainer's checkpoint-N/ (formats/training.py)
+        from . import training_line
+
+        console.print(Text("training     ").append_text(safe(training_line(r["training"]))))
+    if held := r.get("optimizer_state"):
+        console.print(Text(f"optimizer    {held['entries']:,} parameters' state in {held['tensors']:,} tensors "
+                           f"({held['elements']:,} elements, {held['bytes']:,} bytes), counted apart"))
     rk = r["rank"]
     if rk["r"] is not None or rk["stored_ranks"]:
         line = f"rank         r={_v(rk['r'])}, alpha={_v(rk['alpha'])}"

@@ -120,5 +120,10 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
         methods = ", ".join(f"{m} {n}" for m, n in d["methods"].items())
         console.print(Text(f"dequantized  {d['weights']} quantised weight{'' if d['weights'] == 1 else 's'} read as the "
                            f"values their library dequantises them to ({methods}; rule in --json)", style="dim"))
+    if left := r.get("left_quantized"):
+        methods = ", ".join(f"{m} {n}" for m, n in left.items())
+        console.print(Text(f"not decoded  {sum(left.values())} quantised weight(s) left as stored ({methods}): no "
+                           "decoder reads their layout (docs/quantized.md lists what is read: a float32 scale is not), "
+                           "so their values are in no row; their pieces are skipped by role", style="yellow"))
     if counts_numbers(r):
         console.print(Text("values       " + r["conventions"]["values"], style="dim"))

@@ -109,6 +109,10 @@ def render_trend(r: dict, console: Console) -> None:
     console.print(fit_names(t, console))
     console.print(Text(f"rel = ||w_t - w_s|| / ||w_s|| since the previous step (prev) or the first; update ratio = "
                        f"std(w_t - w_(t-1)) / std(w_(t-1)); jump rule: {r['conventions']['jump']}", style="dim"))
+    if factored := max((s.get("factored_second_moments") or 0 for s in r["steps"]), default=0):
+        console.print(Text(f"v (Adam v mean, mean sqrt(v)) covers the unfactored exp_avg_sq tensors only: {factored:,} "
+                           "factored second moments (Adafactor's exp_avg_sq_row / exp_avg_sq_col) are left out",
+                           style="yellow"))
     values = _value_rows(r)
     if values:
         t = table("Non-tensor values that change across the steps", *VALUE_HEADER)

@@ -43,12 +43,12 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
     if m.param_bytes:
         for dt, nb in sorted(m.param_bytes.items(), key=lambda kv: -kv[1]):
             line("weights", f"as stored ({dt})", nb, "sum of numel x stored bytes over unique parameter tensors")
-    elif (q := quantised(m, Plan())[0]) is not None:
+    elif (q := (qs := quantised(m, Plan()))[0]) is not None:
         sp = split(m, Plan())
         line("weights", f"as the checkpoint stores them ({q.name})", sum(sp.bytes.values()), sp.dtype_rule)
-    else:
+    else:   # (a quantization_config whose method is not planned says so: quant.py's note)
         line("weights", f"as configured ({s.dtype or 'float32, assumed'})", m.weight_bytes,
-             f"predicted parameters x {m.bytes_per_param:g} B")
+             f"predicted parameters x {m.bytes_per_param:g} B" + (f"; {qs[1]}" if qs[1] else ""))
     for dt, per in WHAT_IF.items():
         line("weights what-if", dt, P * per, f"{P:,} parameters x {per:g} B (no quantisation scales)")
     if m.predicted.get("active") is not None:

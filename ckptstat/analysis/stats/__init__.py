@@ -571,6 +571,7 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
         "anomalies": flags,
         "skipped": skipped,
         "dequantized": _dequantized(ckpt, rows),
+        "left_quantized": dequantized.left_as_stored(ckpt),   # quantised weights whose values are not read, by method
     }
     plot_acc = {("norm gains" if k == ("gains",) else k[1]): a for k, a in groups.items()
                 if k[0] in ("plot", "gains") and isinstance(a, Acc)}

@@ -228,11 +228,15 @@ def _order(g: GroupKey) -> tuple:
     return ({"total": 0, "bucket": 1, "layer": 2}[g[0]], *(natural_key(str(x)) for x in g[1:]))
 
 
+FACTORED = ("exp_avg_sq_row", "exp_avg_sq_col")   # Adafactor's factored second moments (transformers' Adafactor)
+
+
 def step_meta(ckpt: Checkpoint) -> dict:
-    """What the step's checkpoint says of its training (formats/training.py): format, learning rate, epoch."""
+    """What the step's checkpoint says of its training (formats/training.py): format, learning rate, epoch, and how
+    many second moments are Adafactor's factored rows and columns, which the v summary leaves out."""
     info = ckpt.training or {}
     return {"format": ckpt.format, "learning_rate": info.get("learning_rate"), "epoch": info.get("epoch"),
-            "global_step": info.get("global_step")}
+            "global_step": info.get("global_step"), "factored_second_moments": sum(n.endswith(FACTORED) for n in ckpt.tensors)}
 
 
 def trend(paths: list[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, workers: int = 1,
