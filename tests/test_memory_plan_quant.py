@@ -184,3 +184,39 @@ def test_bare_config_and_its_checkpoint_plan_the_same_bytes(tmp_path, cli, kind)
     shutil.copy(f"{folder}/config.json", tmp_path / "alone.json")
     stored, alone = _resident(cli, folder), _resident(cli, str(tmp_path / "alone.json"))
     assert stored["bytes"] == alone["bytes"]
+
+
+CT_CASES = [("W4A16", "pack-quantized", 128, "bfloat16"), ("W4A16", "pack-quantized", 32, "float32"),
+            ("W4A16_ASYM", "pack-quantized", 64, "bfloat16"), ("W8A16", "pack-quantized", None, "bfloat16"),
+            ("W8A8", "int-quantized", None, "bfloat16"), ("FP8", "float-quantized", None, "float32"),
+            ("FP8_DYNAMIC", "float-quantized", None, "bfloat16"), ("FP8_BLOCK", "float-quantized", None, "bfloat16"),
+            ("NVFP4A16", "nvfp4-pack-quantized", None, "bfloat16"), ("NVFP4", "nvfp4-pack-quantized", None, "bfloat16"),
+            ("MXFP4A16", "mxfp4-pack-quantized", None, "bfloat16"), ("W4A16", "naive-quantized", 128, "bfloat16")]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("scheme,fmt,group,dtype", CT_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}" for c in CT_CASES])
+def test_compressed_tensors_config_plans_what_its_compressor_stores(tmp_path, cli, scheme, fmt, group, dtype):
+    """compressed-tensors (llm-compressor's format, what vLLM loads): a model compressed by compressed-tensors itself
+    in each preset (fixtures/make_quantized.py write_compressed), and its config.json alone, plan the same weight
+    bytes: the codes, scales (in the model's dtype), zero points, global and input scales its compressors store."""
+    cfg = T.LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                        num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False, torch_dtype=dtype)
+    model = mq.build(cfg).to(getattr(torch, dtype))
+    folder = mq.write_compressed(model, str(tmp_path / "ct"), scheme, fmt, group)
+    shutil.copy(f"{folder}/config.json", tmp_path / "alone.json")
+    stored, alone = _resident(cli, folder), _resident(cli, str(tmp_path / "alone.json"))
+    assert stored["bytes"] == alone["bytes"] and "compressed-tensors" in alone["rule"], alone["rule"]
+
+
+def test_compressed_tensors_configs_not_planned_are_said(tmp_path, cli):
+    """Two config groups, or lm_head quantised too (the planner quantises the blocks' linears): said, and the weights
+    at the config's dtype."""
+    cfg = T.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
+    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "symmetric": True}
+    one = {"targets": ["Linear"], "weights": weights, "format": "pack-quantized"}
+    for quant in ({"quant_method": "compressed-tensors", "config_groups": {"a": one, "b": one}, "ignore": ["lm_head"]},
+                  {"quant_method": "compressed-tensors", "config_groups": {"a": one}, "ignore": []}):
+        w = _resident(cli, _write(tmp_path, cfg, "LlamaForCausalLM", quant))
+        assert "quant_method 'compressed-tensors'" in w["rule"] and "is not planned" in w["rule"], w["rule"]
+        assert w["bytes"] == 2 * sum(p.numel() for p in meta_model(T.LlamaForCausalLM, cfg).parameters())

@@ -165,7 +165,7 @@ def quantised(m: Model, plan: Plan) -> tuple[Quant | None, str]:
     if plan.weights_dtype in QUANTISED:
         return Quant(plan.weights_dtype), ""
     if plan.weights_dtype is None and plan.mode == "inference":
-        return config_quant(m.quantization, m.config_path or m.path)
+        return config_quant(m.quantization, m.config_path or m.path, 4 if m.bytes_per_param >= 4 else 2)
     return None, ""
 
 

@@ -48,6 +48,7 @@ CONFIG_LAYOUTS = {
                 "NVFP4, as export_hf_checkpoint stores it)",
     "modelopt-fp8": "float8 E4M3 + one fp32 weight_scale{input} (NVIDIA modelopt FP8, as export_hf_checkpoint stores "
                     "it)",
+    "compressed-tensors": "{ct} (compressed-tensors, as its compressors store it)",
 }
 MX_BLOCK = 32
 # a MoE router (GptOssTopKRouter, DeepseekV3TopkRouter ...): a template's `(router)` label, or the module named in a
@@ -67,6 +68,7 @@ class Quant:
     bits: int = 4      # gptq, awq: a code's bits
     group: int = 128   # gptq, awq: inputs a scale (-1: one group); modelopt: 16
     input_scale: bool = False   # modelopt: an fp32 input_scale a linear (activations quantised too)
+    ct: CTScheme | None = None  # compressed-tensors: its one config group's weights
 
     def converts(self, module: str) -> bool:
         """Whether a block linear of the op template (`layers[24].mlp.experts[32].gate_up_proj (top-4)`) is
@@ -80,6 +82,8 @@ class Quant:
         return not any(rx.match(name) or name.endswith(k) for k, rx in _skipped(self.skip))
 
     def bytes(self, fin: int, fout: int) -> float:
+        if self.ct is not None:
+            return self.ct.bytes(fin, fout)
         if self.name == "modelopt":   # (codes two a byte, an E4M3 scale a 16 inputs, the fp32 scalars)
             return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.input_scale
         if self.name == "modelopt-fp8":
@@ -94,9 +98,91 @@ class Quant:
             "; one scale per tensor"
         skip = f"; modules_to_not_convert {', '.join(self.skip)}" if self.skip else ""
         layout = CONFIG_LAYOUTS[self.name].format(bits=self.bits, group=f"{self.group} inputs" if self.group > 0
-                                                  else "output row", input=" + fp32 input_scale" * self.input_scale) \
+                                                  else "output row", input=" + fp32 input_scale" * self.input_scale,
+                                                  ct=self.ct.rule() if self.ct else "") \
             if self.name in CONFIG_LAYOUTS else QUANTISED[self.name]
         return f"{what}: {layout}{block}{skip}"
+
+
+@dataclass(frozen=True)
+class CTScheme:
+    """compressed-tensors' weights of one config group (QuantizationArgs) in a compressor's format, and the bytes of
+    the model's dtype its scales take: per [out, in] linear what the compressor stores (compressed_tensors
+    compressors: pack-quantized's int32 words of `bits`-bit codes along the inputs and int64 weight_shape[2];
+    int-/float-/naive-quantized's one byte a code; nvfp4's two codes a byte, an E4M3 scale a 16 inputs and fp32
+    global scales; mxfp4's an E8M0 byte a 32)."""
+    fmt: str
+    bits: int
+    strategy: str                  # tensor, channel, group, block
+    group: int
+    block: tuple[int, int] | None
+    symmetric: bool
+    static_input: bool             # an input scale a linear (static activation quantisation)
+    scale_bytes: int
+
+    def scales(self, fin: int, fout: int) -> int:
+        if self.strategy == "group":
+            return fout * -(-fin // self.group)
+        if self.strategy == "block" and self.block:
+            return -(-fout // self.block[0]) * -(-fin // self.block[1])
+        return fout if self.strategy == "channel" else 1
+
+    def bytes(self, fin: int, fout: int) -> int:
+        if self.fmt == "nvfp4-pack-quantized":
+            return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.static_input
+        if self.fmt == "mxfp4-pack-quantized":
+            return -(-fin * fout // 2) + fout * -(-fin // 32)
+        n = self.scales(fin, fout)
+        out = n * self.scale_bytes + self.static_input * self.scale_bytes
+        if self.fmt == "pack-quantized":
+            out += 4 * fout * -(-fin * self.bits // 32) + 16
+            if not self.symmetric:   # zero points packed along the outputs
+                out += 4 * -(-fout * self.bits // 32) * (n // fout if n >= fout else 1)
+            return out
+        return out + fin * fout + (0 if self.symmetric else n)   # one byte a code (and an int8 zero point)
+
+    def rule(self) -> str:
+        how = {"group": f"a scale per {self.group} inputs", "channel": "a scale per output row",
+               "tensor": "one scale", "block": f"a scale per {self.block[0]}x{self.block[1]} block" if self.block else ""}
+        return (f"{self.fmt} {self.bits}-bit, {how.get(self.strategy, self.strategy)}"
+                + ("" if self.symmetric else " and zero point") + (", an input scale" if self.static_input else ""))
+
+
+CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized", "nvfp4-pack-quantized",
+              "mxfp4-pack-quantized")
+
+
+def ct_quant(q: dict, skip: tuple[str, ...], path: str, scale_bytes: int) -> tuple[Quant | None, str]:
+    """A compressed-tensors quantization_config of one group of weights over every Linear, its format one of
+    CT_FORMATS and lm_head left alone (the planner quantises the blocks' linears); else None and why."""
+    groups = q.get("config_groups")
+    fmt = str(q.get("format") or "")
+    why = f"quantization_config quant_method 'compressed-tensors' ({fmt or 'no format'}) is not planned"
+    if not isinstance(groups, dict) or len(groups) != 1:
+        return None, f"{why}: {len(groups) if isinstance(groups, dict) else 'no'} config groups (one is)"
+    (g,) = groups.values()
+    w = g.get("weights") if isinstance(g, dict) else None
+    fmt = str(g.get("format") or fmt) if isinstance(g, dict) else fmt
+    ignore = [str(e) for e in q.get("ignore") or [] if isinstance(e, str)]
+    if not isinstance(w, dict) or g.get("targets") != ["Linear"] or fmt not in CT_FORMATS \
+            or not any(e.removeprefix("re:").rstrip("$").endswith("lm_head") for e in ignore) or q.get("sparsity_config"):
+        return None, f"{why}: one group over every Linear, lm_head ignored, no sparsity, formats {', '.join(CT_FORMATS)}"
+    bits, group, block = w.get("num_bits"), w.get("group_size") or 0, w.get("block_structure")
+    strategy = str(w.get("strategy") or "tensor")
+    if type(bits) is not int or not 1 <= bits <= 8 or type(group) is not int or group < 0 or \
+            (strategy == "group" and not group) or (block is not None and not (isinstance(block, list) and len(block) == 2
+                                                                              and all(type(x) is int and 0 < x <= 1 << 31
+                                                                                      for x in block))):
+        raise UsageError(f"{path}: quantization_config config_groups weights {str(w)[:120]} are not num_bits 1-8, a "
+                         "positive group_size or two positive block sizes")
+    acts = g.get("input_activations")   # a scale a linear where they are static; nvfp4's global one whatever they are
+    static = isinstance(acts, dict) and (fmt == "nvfp4-pack-quantized" or acts.get("dynamic", False) is False)
+    regexes = tuple(e[3:] if e.startswith("re:") else re.escape(e) for e in ignore)
+    skip = tuple(dict.fromkeys(skip + skip_entries({"ignore": list(regexes)}, ("ignore",), path)))
+    scheme = CTScheme(fmt, bits, strategy, group, (block[0], block[1]) if block else None,
+                      bool(w.get("symmetric", True)), static, scale_bytes)
+    return Quant("compressed-tensors", skip, None, f"config.json quantization_config (compressed-tensors {fmt})",
+                 bits, group, static, scheme), ""
 
 
 MAX_SKIPPED = 10_000   # modules_to_not_convert / ignore entries (each tried against every module the plan names)
@@ -175,7 +261,7 @@ def hf_name(module: str) -> str:
     return name if name.startswith(("model.", "lm_head")) else f"model.{name}"
 
 
-def config_quant(q: dict | None, path: str = "config.json") -> tuple[Quant | None, str]:
+def config_quant(q: dict | None, path: str = "config.json", scale_bytes: int = 2) -> tuple[Quant | None, str]:
     """(the layout a bare config's quantization_config stores its weights in, or None; a note when it names
     a method the planner does not model). Values the plan would divide by or match with are checked first: one line
     naming the key."""
@@ -201,6 +287,8 @@ def config_quant(q: dict | None, path: str = "config.json") -> tuple[Quant | Non
         ignore = skip_entries(q, ("ignore",) if q.get("ignore") else ("exclude_modules",), path)
         return Quant("modelopt" if algo == "NVFP4" else "modelopt-fp8", tuple(dict.fromkeys(skip + ignore)), None, src,
                      4, 16, acts), ""
+    if method == "compressed-tensors":   # (scales in the model's dtype: `scale_bytes`)
+        return ct_quant(q, skip, path, scale_bytes)
     bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size", 128))
     fmt = str(q.get("checkpoint_format") or q.get("format") or q.get("version") or "").lower()
     if (method in CONFIG_LAYOUTS and isinstance(bits, int) and bits in ((2, 3, 4, 8) if method == "gptq" else (2, 4, 8))
