@@ -249,3 +249,18 @@ def test_a_file_named_as_a_format_it_does_not_start_as(cli, tmp_path):
         (tmp_path / name).write_bytes(data)
         rc, out, err = cli("summary", str(tmp_path / name))
         assert rc == 1 and out == "" and err.count("\n") == 1 and says in err, (name, err)
+
+
+def test_a_config_json_that_is_no_file_is_said(cli, tmp_path):
+    """A folder's config.json that is a folder or a FIFO: one line naming it (it was passed over in silence, and a
+    FIFO's reader would wait forever), whatever the command reads it for."""
+    import shutil
+    src = os.path.join(os.path.dirname(__file__), "..", "fixtures", "gpt2-tiny", "model.safetensors")
+    for kind in ("folder", "fifo"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        shutil.copy(src, folder / "model.safetensors")
+        (folder / "config.json").mkdir() if kind == "folder" else os.mkfifo(folder / "config.json")
+        for command in ("summary", "flops"):
+            rc, out, err = cli(command, str(folder))
+            assert rc != 0 and out == "" and err.count("\n") == 1 and "config.json" in err and "not a regular file" in err

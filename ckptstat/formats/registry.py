@@ -344,7 +344,7 @@ def find_config(weights_path: str) -> str | None:
         return urls.join(folder, "config.json") if files.isfile(urls.join(folder, "config.json")) else None
     folder = weights_path if os.path.isdir(weights_path) else os.path.dirname(os.path.abspath(weights_path))
     p = os.path.join(folder, "config.json")
-    return p if os.path.isfile(p) else None
+    return p if os.path.lexists(p) else None   # (a folder, a FIFO or a dangling link there: load_config says so)
 
 
 def load_config(path: str) -> dict[str, Any]:
