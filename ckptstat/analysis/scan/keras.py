@@ -19,7 +19,10 @@ function) resolves each in `_retrieve_class_or_fn`:
   (`python_utils.func_load`).
 
 A keras_hub tokenizer whose config names a file (`vocabulary`, `merges`, `proto`, `special_tokens`,
-`language_tokens` as a path: a preset keeps its vocabulary in `assets/`) reads that file while it is built.
+`language_tokens` as a path: a preset keeps its vocabulary in `assets/`) reads that file while it is built; so do
+Keras' own lookup layers (`StringLookup`, `IntegerLookup`, `TextVectorization`, layers/preprocessing/index_lookup.py)
+with safe_mode off. A `TorchModuleWrapper` whose config holds its `module` as a string (a base64 pickle) is
+`torch.load(..., weights_only=False)` of those bytes with safe_mode off (keras/src/utils/torch_utils.py `from_config`).
 
 So: bytecode, a Python standard-library module (`os`, `subprocess`, `builtins.eval`, ...), a Keras non-modeling API
 and a tokenizer's file are findings (unsafe); a module of any other package (a user's custom layers, a third-party
@@ -89,8 +92,20 @@ def _tokenizer_file(cls: object, inner: object) -> tuple[str, str] | None:
     return None
 
 
+LOOKUP_LAYERS = ("StringLookup", "IntegerLookup", "TextVectorization")   # a `vocabulary` path read with safe_mode off
+
+
 def _object(node: dict[str, object], where: str) -> KerasFinding | None:
     cls, inner, module = node.get("class_name"), node.get("config"), node.get("module")
+    if cls in LOOKUP_LAYERS and isinstance(inner, dict) and isinstance(inner.get("vocabulary"), str) \
+            and inner["vocabulary"]:
+        return KerasFinding(where, "file", f"{cls} vocabulary = {_short(inner['vocabulary'], 120)!r}",
+                            "keras reads the vocabulary file this names while loading with safe_mode off (refused with "
+                            "it on: index_lookup.py): a file outside the model, its contents then in the model")
+    if cls == "TorchModuleWrapper" and isinstance(inner, dict) and isinstance(inner.get("module"), str):
+        return KerasFinding(where, "pickle", f"TorchModuleWrapper {_short(inner.get('name'), 80)!r}",
+                            "its torch module is a base64 pickle in the config, which load_model(safe_mode=False) "
+                            "unpickles with torch.load(weights_only=False): whatever the pickle names runs")
     if (read := _tokenizer_file(cls, inner)) is not None:
         when = "even with safe_mode on (keras_hub 0.32)" if cls in READS_IN_SAFE_MODE else \
             "with safe_mode off, or with safe_mode on before keras-hub's fix (PR 2517, January 2026)"
@@ -104,7 +119,7 @@ def _object(node: dict[str, object], where: str) -> KerasFinding | None:
     if cls == "__lambda__":
         return KerasFinding(where, "bytecode", "a __lambda__ function",
                             "marshalled Python bytecode (load_model(safe_mode=False) runs it)")
-    if not isinstance(module, str) or not module:
+    if not isinstance(module, str) or not module or not isinstance(cls, str):   # (keras imports only an object's)
         return None
     # a function's name is its `config` (serialization_lib `class_name == "function"`), a class's its class_name
     name = inner if cls == "function" and isinstance(inner, str) else cls
@@ -167,7 +182,7 @@ def config_findings(config: object, source: str, path: str | None = None) -> lis
     return found
 
 
-_OPCODE = {"bytecode": "Lambda", "import": "module", "file": "file"}
+_OPCODE = {"bytecode": "Lambda", "import": "module", "file": "file", "pickle": "torch.load"}
 
 
 def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
@@ -179,6 +194,7 @@ def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader:
     imports = [f for f in found if f.kind == "import"]
     custom = [f for f in found if f.kind == "custom"]
     files = [f for f in found if f.kind == "file"]
+    pickles = [f for f in found if f.kind == "pickle"]
 
     def listed(fs: list[KerasFinding]) -> str:
         shown = "; ".join(f"{f.where}: {f.what}" for f in fs[:4])
@@ -190,6 +206,9 @@ def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader:
     if bytecode:
         parts.append(("UNSAFE: " if not imports else "") + f"{loader}(safe_mode=False) would run the Python bytecode of: "
                      + listed(bytecode))
+    if pickles:
+        parts.append(("UNSAFE: " if not parts else "") + f"{loader}(safe_mode=False) would unpickle, with "
+                     f"torch.load(weights_only=False): {listed(pickles)}")
     if files:
         parts.append(("UNSAFE: " if not parts else "") + f"{loader} would read files outside the model: {listed(files)}")
     if custom:
@@ -201,7 +220,8 @@ def keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader:
         path, fmt, f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
         "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
         [{"record": record[f], "offset": 0, "file_offset": None, "opcode": _OPCODE[f.kind],
-          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports + files],
+          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports + pickles + files],
         sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())
-               | ({"keras_hub tokenizer file read"} if files else set())),
+               | ({"keras TorchModuleWrapper (a pickled torch module)"} if pickles else set())
+               | ({"a vocabulary or tokenizer file read"} if files else set())),
         [f"{f.where}: {f.what}: {f.why}" for f in custom], [], verdict)

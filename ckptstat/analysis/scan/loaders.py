@@ -235,7 +235,8 @@ def _keras_zip(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
         raise PastBounds(path, f"config.json in the archive is {info.file_size:,} bytes, more than the {MAX_CONFIG:,} "
                                "scan reads")
     with zf.open(info) as member:
-        config = load_config(member.read(MAX_CONFIG + 1).decode("utf-8"), "config.json", path)
+        # bytes, as keras' json.loads reads them: UTF-8 with or without a BOM, UTF-16, UTF-32
+        config = load_config(member.read(MAX_CONFIG + 1), "config.json", path)
     return keras_report(path, "keras (zip)", [("config.json", config)], "keras.saving.load_model")
 
 
