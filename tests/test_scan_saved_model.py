@@ -217,24 +217,45 @@ def test_python_defaults_by_argument():
     from ckptstat.analysis.scan.tf_defaults import argument_defaults
     spec, path = _sv(33), _sv(13, b"/tmp/x")
     signature = _sv(52, _sv(52, spec, spec), _f(53, b""))               # (args, kwargs)
-    assert argument_defaults(_fullargspec(["x", "path"], [path]), signature, 2) == {1: ["/tmp/x"]}
+    assert argument_defaults(_fullargspec(["x", "path"], [path]), signature, 2) == ({1: ["/tmp/x"]}, [])
     # a method's `self` is not passed; a default that is not text is no path
-    assert argument_defaults(_fullargspec(["self", "x", "path"], [path], is_method=True), signature, 2) == {1: ["/tmp/x"]}
-    assert argument_defaults(_fullargspec(["x", "n"], [_f(12, b"")]), signature, 2) == {}
+    assert argument_defaults(_fullargspec(["self", "x", "path"], [path], is_method=True), signature, 2) == \
+        ({1: ["/tmp/x"]}, [])
+    assert argument_defaults(_fullargspec(["x", "n"], [_f(12, b"")]), signature, 2) == ({}, [])
     # more defaults than arguments (Python never writes it): any of them for any argument
     assert argument_defaults(_fullargspec(["path"], [_sv(13, b"a"), path]), _sv(52, _sv(52, spec), _f(53, b"")), 1) \
-        == {0: ["a", "/tmp/x"]}
+        == ({0: ["a", "/tmp/x"]}, [])
     # a keyword-only default, by its name in the signature's kwargs
     kwargs = _f(53, _f(1, _f(1, b"path") + _f(2, spec)))
     assert argument_defaults(_fullargspec(["x"], [], {"path": path}), _sv(52, _sv(52, spec), kwargs), 2) == \
-        {1: ["/tmp/x"]}
+        ({1: ["/tmp/x"]}, [])
     # a tuple before the path counts its tensors; nesting past the bound, a composite type spec or a count that
     # differs from the function's arguments: every string default is taken for every argument
     assert argument_defaults(_fullargspec(["x", "s", "path"], [path]),
-                             _sv(52, _sv(52, spec, _sv(52, spec, spec), spec), _f(53, b"")), 4) == {3: ["/tmp/x"]}
+                             _sv(52, _sv(52, spec, _sv(52, spec, spec), spec), _f(53, b"")), 4) == ({3: ["/tmp/x"]}, [])
     deep = spec
     for _ in range(200):
         deep = _sv(52, deep)
-    for before in (deep, _f(34, b""), spec + b""):
+    for before in (deep, _f(34, b""), spec):   # (the last: two tensors where the function takes three)
         got = argument_defaults(_fullargspec(["x", "path"], [path]), _sv(52, _sv(52, before, spec), _f(53, b"")), 3)
-        assert got == {0: ["/tmp/x"], 1: ["/tmp/x"], 2: ["/tmp/x"]}, before[:8]
+        assert got == ({}, ["/tmp/x"]), before[:8]
+
+
+def test_many_functions_naming_one_with_many_defaults(tmp_path, cli):
+    """5,000 function objects naming one concrete function of 2,000 arguments, each with its own string default that
+    cannot be paired with an argument: the defaults kept are each function's distinct strings, at most MAX_ORIGINS an
+    argument (they were copied onto every argument of every function: ten million list entries), and the WriteFile at
+    an argument is still the graph's choice."""
+    args = [f"a{i}" for i in range(2000)]
+    signature = _f(1, b"f") + b"".join(_f(2, _f(1, a.encode())) for a in args)
+    function = _f(1, signature) + _f(3, _f(1, b"w") + _f(2, b"WriteFile") + _f(3, b"a0") + _f(3, b"a1"))   # node_def
+    graph = _f(2, _f(2, _f(1, function)))            # GraphDef.library -> FunctionDefLibrary.function
+    objects = b"".join(_f(1, _f(6, _f(1, b"f") + _f(2, _fullargspec(["x"], [_sv(13, f"/tmp/{i}".encode())]))))
+                       for i in range(5000))
+    concrete = _f(2, _f(1, b"f") + _f(2, b""))       # no bound inputs, no input signature
+    path = tmp_path / "saved_model.pb"
+    path.write_bytes(_f(2, graph + _f(7, objects + concrete)))
+    flow = Flow(next(v for n, _, v in fields(path.read_bytes()) if n == 2))   # SavedModel.meta_graphs
+    assert len(flow.any_defaults["f"]) == tf_graph.MAX_ORIGINS
+    rc, out, _ = cli("scan", str(path), "--json")
+    assert json.loads(out)["status"] == "unsafe"

@@ -91,12 +91,12 @@ def _leaves(raw: bytes, depth: int = 0) -> int | None:
     return total
 
 
-def argument_defaults(spec: bytes, signature: bytes, n_args: int) -> dict[int, list[str]]:
-    """User argument index of a concrete function (of `n_args`) -> the string default its Python function fills it
-    with when a call leaves it out."""
+def argument_defaults(spec: bytes, signature: bytes, n_args: int) -> tuple[dict[int, list[str]], list[str]]:
+    """(user argument index of a concrete function of `n_args` -> the string default its Python function fills it
+    with when a call leaves it out; the defaults that may fill any argument, where the two cannot be paired)."""
     args, defaults = _fullargspec(spec)
     if not defaults:
-        return {}
+        return {}, []
     top = _items(*_value(signature))
     if len(top) == 2:
         flat = [(args[i] if i < len(args) else "", raw) for i, (_, raw) in enumerate(_items(*_value(top[0][1])))]
@@ -106,10 +106,10 @@ def argument_defaults(spec: bytes, signature: bytes, n_args: int) -> dict[int, l
             n = _leaves(raw)
             if n is None:
                 break
-            out.update({j: defaults[name] for j in range(k, k + n) if name in defaults})
+            if name in defaults:
+                out.update(dict.fromkeys(range(k, k + n), defaults[name]))
             k += n
         else:
             if k == n_args:
-                return out
-    every = list(dict.fromkeys(s for strings in defaults.values() for s in strings))
-    return {j: every for j in range(n_args)}
+                return out, []
+    return {}, list(dict.fromkeys(s for strings in defaults.values() for s in strings))

@@ -137,7 +137,8 @@ class Flow:
         self.passed: dict[str, list[tuple[Scope, Node]]] = {}   # function -> the ops that pass it arguments otherwise
         self.bound: dict[str, list[str]] = {}         # concrete function -> the kinds of the objects bound to it
         self.constants: dict[str, str] = {}           # object id -> its SavedConstant's operation
-        self.defaults: dict[str, dict[int, list[str]]] = {}   # concrete function -> user argument -> string default
+        self.defaults: dict[str, dict[int, list[str]]] = {}   # concrete function -> user argument -> string defaults
+        self.any_defaults: dict[str, list[str]] = {}          # ... and those that may fill any of its arguments
         self.saver_feed = ""                          # TF1: the saver's file name tensor, fed while it saves or restores
         self.asset_feeds: set[str] = set()            # TF1: the constants the loader feeds asset paths to, for init ops
         self.assets: list[str] = []                   # AssetFileDef filenames
@@ -200,12 +201,16 @@ class Flow:
             for k, i in enumerate(bound):
                 if 0 <= i < len(objects) and objects[i][0] == "constant":
                     self.constants[f"{name}/{k}"] = objects[i][1]
-        for names, spec in specs:                   # a restored function's Python defaults, where a call omits them
-            for name in names:
-                if name in self.bound and name in self.scopes:
-                    n_args = len(self.scopes[name].args) - len(self.bound[name])
-                    for k, strings in argument_defaults(spec, signatures[name], n_args).items():
-                        self.defaults.setdefault(name, {}).setdefault(k, []).extend(strings)
+        # a restored function's Python defaults, where a call omits them (each distinct spec of a function once, at
+        # most MAX_ORIGINS distinct strings an argument: a file listing one function under many objects costs nothing)
+        for name, spec in dict.fromkeys((name, spec) for names, spec in specs for name in names):
+            if name in self.bound and name in self.scopes:
+                by_arg, anywhere = argument_defaults(spec, signatures[name], len(self.scopes[name].args) - len(self.bound[name]))
+                for k, strings in by_arg.items():
+                    kept = self.defaults.setdefault(name, {}).setdefault(k, [])
+                    kept[:] = list(dict.fromkeys(kept + strings))[:MAX_ORIGINS]
+                kept = self.any_defaults.setdefault(name, [])
+                kept[:] = list(dict.fromkeys(kept + anywhere))[:MAX_ORIGINS]
         self.assigned: dict[tuple[str, str], list[str]] = {}     # (scope, variable handle) -> values assigned to it
         for scope in list(self.scopes.values()):
             for node in scope.nodes.values():
@@ -394,7 +399,8 @@ class Flow:
         if bound is not None:
             first_bound = len(scope.args) - len(bound)
             if k < first_bound:                                       # the user's argument, or its default
-                out += [CALLER] + [("literal", s) for s in self.defaults.get(scope.name, {}).get(k, [])]
+                defaults = self.defaults.get(scope.name, {}).get(k, []) + self.any_defaults.get(scope.name, [])
+                out += [CALLER] + [("literal", s) for s in defaults]
             else:
                 kind = bound[k - first_bound]
                 op = self.constants.get(f"{scope.name}/{k - first_bound}")
