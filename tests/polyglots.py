@@ -125,8 +125,13 @@ def zip_version_64(marker: str) -> bytes:
 
 def torch_load_runs(path: str, marker: str) -> bool:
     """Whether the real torch.load(path, weights_only=False), in a throw-away process, creates `marker`."""
+    return loader_runs(LOADER, path, marker)
+
+
+def loader_runs(code: str, path: str, marker: str, env: dict[str, str] | None = None) -> bool:
+    """Whether the Python `code`, run on `path` in a throw-away process, creates the folder `marker` (removed after)."""
     assert not os.path.exists(marker)
-    subprocess.run([sys.executable, "-c", LOADER, path], timeout=120, capture_output=True)
+    subprocess.run([sys.executable, "-c", code, path], timeout=300, capture_output=True, env=env)
     ran = os.path.isdir(marker)
     if ran:
         os.rmdir(marker)

@@ -3,13 +3,9 @@ the twenty-second pass): the real loader, in a throw-away process, runs each pay
 (under the names users have) must say UNSAFE."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import zip_directories as z
-from polyglots import torch_load_runs
+from polyglots import loader_runs, torch_load_runs
 
 from ckptstat.analysis.scan import scan_path
 
@@ -27,11 +23,7 @@ NUMPY = {"weights.npz": lambda m: z.npz_sizes_unchecked(m, False),
 
 
 def _numpy_runs(path: str, marker: str) -> bool:
-    subprocess.run([sys.executable, "-c", z.NP_LOADER, path], timeout=120, capture_output=True)
-    ran = os.path.isdir(marker)
-    if ran:
-        os.rmdir(marker)
-    return ran
+    return loader_runs(z.NP_LOADER, path, marker)
 
 
 @pytest.fixture(scope="module")
