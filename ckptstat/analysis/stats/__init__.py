@@ -415,11 +415,15 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
     seen = 0
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                initargs=(ckpt.path, ckpt.config_path, counter, workers))
+    died = CkptstatError(f"{ckpt.path}: a stats worker process died (killed, or out of memory?); no statistics "
+                         "were reported")
     try:
         index = {pool.submit(_worker_run, t): i for i, t in enumerate(tasks)}
         pending = set(index)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            if not done and any(p.exitcode not in (None, 0) for p in getattr(pool, "_processes", {}).values()):
+                raise died   # (the executor marks its futures broken; a worker left on a lock the dead one held may not)
             if progress:
                 now = counter.value
                 progress(now - seen)
@@ -428,8 +432,7 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
                 try:
                     res = fut.result()
                 except BrokenProcessPool:
-                    raise CkptstatError(f"{ckpt.path}: a stats worker process died (killed, or out of memory?); "
-                                        "no statistics were reported") from None
+                    raise died from None
                 if res[0] == "error":
                     _raise_worker_error(*res[1:])
                 _, part, part_merges, part_groups, part_done, fetched = res
@@ -442,8 +445,13 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
                     if g is None:
                         g = groups[key] = group_acc(key)
                     g.merge_bins(acc)
-    finally:   # on an error, tasks not started are cancelled; those running finish (each is a slice of the work)
-        pool.shutdown(wait=True, cancel_futures=True)
+    finally:   # on an error the run is over: tasks not started are cancelled, the workers stopped, none waited for (a
+        # worker killed while it held a queue's or the counter's lock leaves the others, and the executor, waiting)
+        failed = sys.exc_info()[1] is not None
+        if failed:
+            for p in list(getattr(pool, "_processes", {}).values()):
+                p.terminate()
+        pool.shutdown(wait=not failed, cancel_futures=True)
     if progress:
         progress(counter.value - seen)
     rows = rows_table()
