@@ -22,7 +22,7 @@ by role: packed-weight, scale, zero-point). Scaled and Codebook live in analysis
 picks each weight's decoder from its stored pieces."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -437,6 +437,17 @@ def view(ckpt: Checkpoint, readers: bool = False) -> Checkpoint:
     by the checkpoint's readers (diff): the statistics' view has no readers of its own, so its plain tensors keep
     stats' direct reads."""
     return ckpt.derived((_VIEW, readers), lambda c: _view(c, readers))
+
+
+def read_as_values(ckpt: Checkpoint, names: Iterable[str]) -> dict | None:
+    """The quantised weights among `names` read as their values (stats' `dequantized`): how many by method, and the
+    rule; None when none is."""
+    methods: dict[str, int] = {}
+    for name in names:
+        source = ckpt.tensors[name].extra.get("dequantized") if name in ckpt.tensors else None
+        if isinstance(source, Dequantized):
+            methods[source.method] = methods.get(source.method, 0) + 1
+    return {"weights": sum(methods.values()), "methods": dict(sorted(methods.items())), "rule": RULE} if methods else None
 
 
 def left_as_stored(ckpt: Checkpoint) -> dict[str, int]:

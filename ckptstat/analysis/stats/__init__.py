@@ -578,23 +578,12 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
         "tensors": rows,
         "anomalies": flags,
         "skipped": skipped,
-        "dequantized": _dequantized(ckpt, rows),
+        "dequantized": dequantized.read_as_values(ckpt, rows.columns["name"]),
         "left_quantized": dequantized.left_as_stored(ckpt),   # quantised weights whose values are not read, by method
     }
     plot_acc = {("norm gains" if k == ("gains",) else k[1]): a for k, a in groups.items()
                 if k[0] in ("plot", "gains") and isinstance(a, Acc)}
     return StatsRun(report, bucket_acc, plot_acc)
-
-
-def _dequantized(ckpt: Checkpoint, rows: Table) -> dict | None:
-    """The quantised weights read as their values (analysis/dequantized.py): how many by method, and the rule."""
-    methods: Counter[str] = Counter()
-    for name in rows.columns["name"]:
-        source = ckpt.tensors[name].extra.get("dequantized") if name in ckpt.tensors else None
-        if isinstance(source, dequantized.Dequantized):
-            methods[source.method] += 1
-    return {"weights": sum(methods.values()), "methods": dict(sorted(methods.items())), "rule": dequantized.RULE} \
-        if methods else None
 
 
 def counts_numbers(report: dict) -> bool:
