@@ -84,7 +84,13 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     """Every tie the evidence supports; each alias appears once, with its strongest evidence. Rules
     come from the family and head the census resolved (census.resolve), never from other families:
     with no registered family only the file's own evidence (shared storage, safetensors metadata,
-    contents with `deep`) is reported."""
+    contents with `deep`) is reported. Without `deep` (headers and config alone) found once a checkpoint."""
+    if deep:
+        return _find_ties(ckpt, deep, chunk_bytes)
+    return list(ckpt.derived("ties", lambda c: tuple(_find_ties(c, False, chunk_bytes))))
+
+
+def _find_ties(ckpt: Checkpoint, deep: bool, chunk_bytes: int) -> list[Tie]:
     ties: dict[str, Tie] = {}
     stored, ckpt = ckpt, logical(ckpt)   # quantised weights by their logical names and shapes (census/quant/)
     tensors = ckpt.tensors

@@ -2,6 +2,7 @@
 model and the merged model) and a diffusers pipeline folder (a total per component). docs/adapters.md."""
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
@@ -36,12 +37,14 @@ def summary_other(path: str, base: Optional[str], as_json: bool, config: Optiona
     ckpt = open_checkpoint(weights)
     base_ckpt = open_checkpoint(base, config) if base is not None else None
     r = adapter_report(ckpt, base_ckpt)
-    if weights != path:   # a Trainer's checkpoint-N/ of a PEFT model: its step, learning rate and optimizer state
+    from ..formats.training import trainer_folder
+
+    # a Trainer's checkpoint-N/ of a PEFT model: its step, learning rate and optimizer state
+    if weights != path and trainer_folder(os.listdir(path)):
         from ..census import optimizer_state
 
         whole = open_checkpoint(path)
-        if whole.training:
-            r["training"], r["optimizer_state"] = whole.training, optimizer_state(whole)
+        r["training"], r["optimizer_state"] = whole.training, optimizer_state(whole)
     _show(r, as_json, "render_adapter")
     return True
 

@@ -152,12 +152,9 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
         ckpt, opt_path, lr = _fsdp(fsdp, open_file)
         lr_from = f"{os.path.basename(opt_path)} param_groups" if opt_path else ""
     else:
-        ckpt = open_file(resolve_folder(folder))
-        opt_path, lr, lr_from = os.path.join(folder, TRAINER_OPTIMIZER), None, "optimizer.pt param_groups"
+        opt_path, lr_from = os.path.join(folder, TRAINER_OPTIMIZER), "optimizer.pt param_groups"
+        ckpt, lr = _with_optimizer(folder, opt_path, open_file)
         if os.path.isfile(opt_path):
-            opt = open_file(opt_path)
-            merge_under(ckpt, opt, "optimizer.")
-            lr = (opt.training or {}).get("learning_rate")
             ckpt.optimizer_builder = "transformers Trainer"   # its create_optimizer, unless the run passed its own
     logged = [e["learning_rate"] for e in state.get("log_history") or [] if isinstance(e, dict)
               and number(e.get("learning_rate")) is not None]
@@ -175,12 +172,20 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     return ckpt
 
 
-def _accelerate(folder: str, names: set[str], open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+def _with_optimizer(folder: str, opt_path: str, open_file: Callable[[str], Checkpoint]) -> tuple[Checkpoint, Any]:
+    """The folder's model with the optimizer state at `opt_path` (where it is) under `optimizer.`, and the learning
+    rate of its first param group (None without it)."""
     ckpt = open_file(resolve_folder(folder))
-    opt_path = os.path.join(folder, ACCELERATE_OPTIMIZER)
+    if not os.path.isfile(opt_path):
+        return ckpt, None
     opt = open_file(opt_path)
     merge_under(ckpt, opt, "optimizer.")
-    lr = (opt.training or {}).get("learning_rate")
+    return ckpt, (opt.training or {}).get("learning_rate")
+
+
+def _accelerate(folder: str, names: set[str], open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+    opt_path = os.path.join(folder, ACCELERATE_OPTIMIZER)
+    ckpt, lr = _with_optimizer(folder, opt_path, open_file)
     ckpt.training = {"library": "accelerate Accelerator.save_state", "global_step": None, "epoch": None,
                      "learning_rate": lr, "learning_rate_from": f"{ACCELERATE_OPTIMIZER} param_groups" if lr is not None
                      else None, "optimizer": opt_path}

@@ -117,7 +117,7 @@ class CTScheme:
     group: int
     block: tuple[int, int] | None
     symmetric: bool
-    static_input: bool             # an input scale a linear (static activation quantisation)
+    input_scale: bool              # an input scale a linear (static activations; nvfp4: its global one)
     scale_bytes: int
 
     def scales(self, fin: int, fout: int) -> int:
@@ -129,11 +129,11 @@ class CTScheme:
 
     def bytes(self, fin: int, fout: int) -> int:
         if self.fmt == "nvfp4-pack-quantized":
-            return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.static_input
+            return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.input_scale
         if self.fmt == "mxfp4-pack-quantized":
             return -(-fin * fout // 2) + fout * -(-fin // 32)
         n = self.scales(fin, fout)
-        out = n * self.scale_bytes + self.static_input * self.scale_bytes
+        out = n * self.scale_bytes + self.input_scale * self.scale_bytes
         if self.fmt == "pack-quantized":
             out += 4 * fout * -(-fin * self.bits // 32) + 16
             if not self.symmetric:   # zero points packed along the outputs
@@ -145,7 +145,7 @@ class CTScheme:
         how = {"group": f"a scale per {self.group} inputs", "channel": "a scale per output row",
                "tensor": "one scale", "block": f"a scale per {self.block[0]}x{self.block[1]} block" if self.block else ""}
         return (f"{self.fmt} {self.bits}-bit, {how.get(self.strategy, self.strategy)}"
-                + ("" if self.symmetric else " and zero point") + (", an input scale" if self.static_input else ""))
+                + ("" if self.symmetric else " and zero point") + (", an input scale" if self.input_scale else ""))
 
 
 CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized", "nvfp4-pack-quantized",
@@ -176,13 +176,13 @@ def ct_quant(q: dict, skip: tuple[str, ...], path: str, scale_bytes: int) -> tup
         raise UsageError(f"{path}: quantization_config config_groups weights {str(w)[:120]} are not num_bits 1-8, a "
                          "positive group_size or two positive block sizes")
     acts = g.get("input_activations")   # a scale a linear where they are static; nvfp4's global one whatever they are
-    static = isinstance(acts, dict) and (fmt == "nvfp4-pack-quantized" or acts.get("dynamic", False) is False)
+    input_scale = isinstance(acts, dict) and (fmt == "nvfp4-pack-quantized" or acts.get("dynamic", False) is False)
     regexes = tuple(e[3:] if e.startswith("re:") else re.escape(e) for e in ignore)
     skip = tuple(dict.fromkeys(skip + skip_entries({"ignore": list(regexes)}, ("ignore",), path)))
     scheme = CTScheme(fmt, bits, strategy, group, (block[0], block[1]) if block else None,
-                      bool(w.get("symmetric", True)), static, scale_bytes)
+                      bool(w.get("symmetric", True)), input_scale, scale_bytes)
     return Quant("compressed-tensors", skip, None, f"config.json quantization_config (compressed-tensors {fmt})",
-                 bits, group, static, scheme), ""
+                 bits, group, input_scale, scheme), ""
 
 
 MAX_SKIPPED = 10_000   # modules_to_not_convert / ignore entries (each tried against every module the plan names)
