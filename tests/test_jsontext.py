@@ -3,6 +3,7 @@ real reports and on every JSON value hypothesis builds; values it does not own g
 jsontext.write hands the same text over in pieces (a long list's items PIECE at a time)."""
 import json
 import math
+import sys
 
 import pytest
 from conftest import fixture
@@ -106,6 +107,45 @@ def test_long_lists_holding_cycles_are_the_standard_librarys_error():
     for v in ([d] * 9, w):
         with pytest.raises(ValueError, match="Circular reference"):
             dumps(v)
+
+
+def _deepest_stack(f, *args) -> int:
+    """How many Python frames deeper than the caller's `f(*args)` went (sys.setprofile's call and return events)."""
+    depth = deepest = 0
+
+    def profile(frame, event, arg):
+        nonlocal depth, deepest
+        if event == "call":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif event == "return":
+            depth -= 1
+    sys.setprofile(profile)
+    try:
+        f(*args)
+    except ValueError:
+        pass
+    finally:
+        sys.setprofile(None)
+    return deepest
+
+
+def test_a_cycle_is_found_far_from_the_recursion_limit():
+    """A cycle (or nesting past MAX_DEPTH) goes to the standard library long before the interpreter's recursion
+    limit: a finalizer the collector runs at that limit fails in turn, and pytest reported five such unraisable
+    RecursionErrors on a cycle's test once in CI. Short lists, long lists of dicts, of lists, a Table of them."""
+    d: dict = {"a": None}
+    d["a"] = d
+    short: list = []
+    short.append(short)
+    long: list = []
+    long += [long] * 9
+    deep: object = 0
+    for _ in range(100):   # 200 levels: past MAX_DEPTH, inside what json itself writes
+        deep = {"k": [deep]}
+    for v in (short, [d] * 9, long, {"rows": [d] * 9}, deep):
+        assert _deepest_stack(dumps, v) < sys.getrecursionlimit() // 2
+    assert dumps(deep) == json.dumps(deep, indent=2)
 
 
 @given(rows, st.integers(1, 9))

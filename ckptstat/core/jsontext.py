@@ -2,7 +2,9 @@
 standard library pretty-prints in pure-Python generators: ~60 us a stats row, 0.12 s of serial time at
 2,048 tensors in every `--workers` run (docs/performance.md). Reports are trees of dict, list, tuple,
 str, int, float, bool and None, each scalar written by a C function; anything else (a subclass, a tuple
-key, a cycle) goes to the standard library, so its output and its errors are the standard library's.
+key, a cycle, nesting deeper than MAX_DEPTH) goes to the standard library, so its output and its errors are the
+standard library's. A cycle is found by depth, never by running into the interpreter's recursion limit: a finalizer
+the collector runs at that limit fails in turn (an unraisable RecursionError).
 
 A long list (a stats report's 200,000 rows) is written a column at a time (`_column`): dicts of the same keys
 one key across all of them, numbers by the C encoder (json.dumps of a flat list: its text split at ", "),
@@ -35,6 +37,10 @@ MIN_COLUMN = 8   # a list at least this long is written by columns
 # ...and in pieces of this many items: each piece's columns are made, joined and freed before the next, so that the
 # intermediate texts of a 200,000-row list never coexist (its peak RSS: the report and the finished text, issue 35)
 PIECE = 4096
+# nesting deeper than this (a report is a dozen levels; a cycle is endless) is left to the standard library, whose
+# encoder names a cycle; each level here is at most four Python frames, well inside the default recursion limit
+MAX_DEPTH = 64
+_DEEPEST = len("\n") + 2 * MAX_DEPTH   # the indent text `nl` at that depth
 
 
 class _Other(Exception):
@@ -83,6 +89,8 @@ def _key(k: object) -> str:
 
 
 def _encode(o: object, out: list[str | _Later], nl: str) -> None:
+    if len(nl) > _DEEPEST:
+        raise _Other
     t = type(o)
     if t is dict:
         items = o.items()  # type: ignore[attr-defined]
@@ -160,6 +168,8 @@ def _column(col: list[Any] | Table, nl: str) -> list[str]:
     rows; a Table's array column, as the list it reads as: core/table.py `values`), indented at `nl`; by columns where
     the values allow, else value by value (_encode: so what it does not own, a cycle included, still goes to the
     standard library)."""
+    if len(nl) > _DEEPEST:
+        raise _Other
     col = values(col)
     if isinstance(col, Table):
         return _dicts(col, nl)  # type: ignore[return-value]
