@@ -235,12 +235,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _hostile(self) -> bool:
         """Whether this request gets the server's bad behaviours: every request, or with `hostile_from` a range request
-        asking at least that many bytes."""
+        asking at least that many bytes of a file (a folder's listing page, asked for up to 4 MiB, aside)."""
         b = self.server_state.b
         if not b.hostile_from:
             return True
         m = _RANGE.match(self.headers.get("Range", ""))
-        return bool(m and m[2] and int(m[2]) - int(m[1]) + 1 >= b.hostile_from)
+        return bool(m and m[2] and int(m[2]) - int(m[1]) + 1 >= b.hostile_from) and not self.path.endswith("/")
 
     def _answer(self, head: bool) -> None:
         s, b = self.server_state, self.server_state.b

@@ -45,15 +45,22 @@ def join(folder: str, name: str) -> str:
     return folder.rstrip("/") + "/" + name
 
 
+# Characters no part of a file's URL may hold: the C0 controls and DEL. URL parsers drop a tab, CR or LF wherever it
+# stands (the WHATWG URL standard; yarl, which both clients encode with), so a link `.<TAB>.` was requested as `..`.
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def under(url: str, folder: str) -> bool:
     """Whether `url` names a file under the folder URL `folder` as a server reads it: every part of the rest, once
     percent-decoded, a plain name (never `.` or `..`, no `/` or `\\`: a server decodes an index's shard `..%2Fb%2Fx`,
-    the client itself resolves `%2E%2E`), and no query or fragment (a shard `x?y` is not the file a loader reads)."""
+    the client itself resolves `%2E%2E`; no control character: a client drops a tab or a newline, `.%09.` is `..`),
+    and no query or fragment (a shard `x?y` is not the file a loader reads)."""
     prefix = folder.rstrip("/") + "/"
-    if not url.startswith(prefix) or "?" in url[len(prefix):] or "#" in url[len(prefix):]:
+    rest = url[len(prefix):]
+    if not url.startswith(prefix) or "?" in rest or "#" in rest or _CONTROL.search(rest):
         return False
-    parts = [unquote(p) for p in url[len(prefix):].split("/")]
-    return all(p not in ("", ".", "..") and not any(c in p for c in "/\\\0") for p in parts)
+    parts = [unquote(p) for p in rest.split("/")]
+    return all(p not in ("", ".", "..") and not any(c in p for c in "/\\") and not _CONTROL.search(p) for p in parts)
 
 
 def basename(url: str) -> str:
@@ -73,6 +80,15 @@ def redact(url: str) -> str:
     host, slash, path = rest.partition("/")
     host = host.rpartition("@")[2]
     return f"{head}://{host}{slash}{path.split('?', 1)[0]}" + ("?..." if "?" in path else "")
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://[^\s'\"<>]*")
+
+
+def redact_text(text: str) -> str:
+    """A library's error message with every URL in it redacted (huggingface_hub's and http.client's name the URL
+    they were sent to: a redirect's target, its signature in the query)."""
+    return _URL_IN_TEXT.sub(lambda m: redact(m[0]), text)
 
 
 class Backend(Protocol):

@@ -10,7 +10,8 @@ size, unless --allow-full-download. So the GET is made here (or by sources/threa
 - 200 to a range request: the server ignored it. Accepted when the whole file is no more than the
   range asked from byte 0 (a small config.json); otherwise refused, or, with --allow-full-download,
   the body is spooled to a temporary file (counted against --limit remote_bytes as it arrives);
-- 416 from a range past the end: the size from `Content-Range: bytes */TOTAL` (an empty file);
+- 416 from a range past the end: the size from `Content-Range: bytes */TOTAL` (an empty file); a 416 whose TOTAL
+  holds the range's start is an error, never read as a file ending there;
 - 401/403/404: one line naming the URL; 429 and 5xx: retried with exponential backoff (Retry-After
   honoured, capped); timeouts and dropped connections: retried twice; each attempt counted, every
   attempt and wait within the command's deadline (`--limit remote_seconds`), a reply's status line and headers
@@ -28,11 +29,14 @@ size, unless --allow-full-download. So the GET is made here (or by sources/threa
   of its body is read: aiohttp would inflate it (a 1 MB gzip body is 1 GiB of zeros, spooled to disk
   under --allow-full-download before this check existed).
 
+A folder's listing page (`ls`) is one such GET, read whole up to PAGE_BYTES (a 200 without Content-Length, as a
+server making the page sends it, included), its links read as fsspec's HTTPFileSystem read them (`page_links`).
+
 Two clients apply these rules. Every range GET is made by the calling thread with the standard library's http.client
 (sources/threaded.py): a value read (`get` with `into`, sources/remote.py `Blob.read_into`) receives the body straight
 into the caller's buffer (aiohttp's receive path on one thread bounded `stats` of a URL: docs/performance.md, "Remote:
 a network's latency"), and a command that reads only ranges never imports aiohttp (~0.2-0.4 s of its start).
-aiohttp, on fsspec's one event-loop thread, reads folder listings (`ls`) and, with SETTINGS.threaded off, every GET.
+aiohttp, on fsspec's one event-loop thread, makes every GET with SETTINGS.threaded off.
 The rules are written once, here, as plain functions both clients call: `decide` (what a status says: a redirect, a
 retry, an error, a reply to read), `examine` (a reply's headers checked before its body: Content-Range,
 Content-Length, Content-Encoding, 200, 416), `hop_headers` (Authorization dropped off the origin), `_Attempts`
@@ -43,7 +47,10 @@ by both clients); sources/redirects.py `check` decides every hop of a redirect f
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import html
+import math
 import re
 import socket
 import tempfile
@@ -54,7 +61,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ..core.switches import switches
 from ..core.urls import redact
@@ -66,6 +73,10 @@ from .meter import METER, SETTINGS
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _PIECE = 1 << 20
+PAGE_BYTES = 1 << 22   # a listing page is read whole, up to this (real ones: a few KB to a few hundred)
+# A listing page's links, as fsspec's HTTPFileSystem reads them (implementations/http.py `ex`, `ex2`)
+_HREF = re.compile(r"""<(a|A)\s+(?:[^>]*?\s+)?(href|HREF)=["'](?P<url>[^"']+)""")
+_PLAIN_URL = re.compile(r"""(?P<url>http[s]?://[-a-zA-Z0-9@:%_+.~#?&/=]+)""")
 
 
 @dataclass
@@ -87,6 +98,41 @@ def status_error(url: str, status: int, reason: str, hint: str = "") -> Checkpoi
     return CheckpointError(shown, f"HTTP {status} {reason}".rstrip())
 
 
+def page_links(url: str, page: bytes, ctype: str) -> list[str]:
+    """A listing page's links, sorted, as fsspec's HTTPFileSystem.ls read them (`_ls_real`): in a page labelled
+    text/html or not labelled, every `<a href>` (its entities decoded, as a browser reads it) and every plain http(s)
+    URL in the text, a path from the host's root made absolute, a relative one joined to the folder; an absolute one
+    kept when it is under the folder (http and https alike); `..` passed over. sources/listing.py then keeps the
+    plain names under the folder (core/urls.py `under`)."""
+    if ctype not in ("text/html", ""):
+        return []
+    text = page.decode("utf-8", "ignore")
+    parts = urlsplit(url)
+    folder = url.rstrip("/") + "/"
+    out = set()
+    for link in _PLAIN_URL.findall(text) + [html.unescape(m[2]) for m in _HREF.findall(text)]:
+        if link.startswith("/") and len(link) > 1:
+            link = f"{parts.scheme}://{parts.netloc}{link}"
+        if link.startswith("http"):
+            if link.replace("https", "http").startswith(folder.replace("https", "http")):
+                out.add(link)
+        elif link not in ("..", "../"):
+            out.add(folder + link.lstrip("/"))
+    return sorted(out)
+
+
+def _credentials(url: str, headers: dict[str, str]) -> str:
+    """`url` without its `user:password@`, which becomes the request's Basic Authorization (as aiohttp and curl send
+    it: the threaded client sent none) unless the caller set one; hop_headers drops it off the origin."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url
+    if not any(k.lower() == "authorization" for k in headers):
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def version(headers: Any) -> str | None:
     """A reply's version of the file (RFC 9110 8.8): the ETag, else the Last-Modified date, else None."""
     etag, modified = headers.get("ETag"), headers.get("Last-Modified")
@@ -95,9 +141,10 @@ def version(headers: Any) -> str | None:
 
 def _retry_after(value: str | None, default: float) -> float:
     try:
-        return min(max(float(value), 0.0), SETTINGS.backoff_cap) if value else default
+        wait = float(value) if value else default
     except ValueError:   # an HTTP date: use our own backoff
         return default
+    return min(max(wait, 0.0), SETTINGS.backoff_cap) if math.isfinite(wait) else default   # (`nan`: time.sleep refuses it)
 
 
 class _Retry(Exception):
@@ -138,11 +185,13 @@ def hop_headers(first: str, there: str, headers: dict[str, str]) -> dict[str, st
 class Head:
     """What a reply's headers say, checked (`examine`) before a byte of its body is read."""
 
-    kind: str            # "empty" (416), "range" (206), "whole" (200: the small file from byte 0), "spool" (200, allowed)
+    kind: str            # "empty" (416), "range" (206), "whole" (200: the small file from byte 0), "spool" (200, allowed),
+                         # "page" (200: a listing page of unknown length)
     total: int | None    # the file's size, when the server said it
     ctype: str
     etag: str | None
-    expected: int        # the body's bytes to read ("range", "whole"); "spool": Content-Length, or -1 when unknown
+    expected: int        # the body's bytes to read ("range", "whole"); "spool": Content-Length, or -1 when unknown;
+                         # "page": the most it may hold
 
 
 def examine(ask: _Ask, status: int, headers: Any) -> Head:
@@ -155,6 +204,9 @@ def examine(ask: _Ask, status: int, headers: Any) -> Head:
     total = int(m[3]) if m and m[3] != "*" else None
     etag = version(headers)
     if status == 416:
+        if total is not None and start < total:   # (a range inside the file: no empty file's answer)
+            raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} of "
+                                               f"the {total:,}-byte file with 416 (range not satisfiable)")
         return Head("empty", total, ctype, etag, 0)
     coding = str(headers.get("Content-Encoding", "identity")).strip().lower()
     if coding not in ("", "identity"):   # asked for identity: a compressed body says nothing of the file's bytes
@@ -179,6 +231,10 @@ def examine(ask: _Ask, status: int, headers: Any) -> Head:
     # 200: the server sent the whole file.
     if start == 0 and length is not None and length <= end:
         return Head("whole", length, ctype, etag, length)
+    if ask.page:   # (a listing made as it is sent: no Content-Length; a longer one is refused before its body)
+        if length is not None:
+            raise page_too_long(url)
+        return Head("page", None, ctype, etag, end)
     if not switches().allow_full_download:
         size = f"{length:,} bytes" if length is not None else "of unknown size"
         raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
@@ -195,6 +251,10 @@ def overlong(url: str, expected: int) -> CheckpointError:
 def short(n: int, expected: int) -> str:
     """A body that ended before the bytes it announced: a dropped connection (retried)."""
     return f"the reply ended after {n:,} of {expected:,} bytes"
+
+
+def page_too_long(url: str) -> CheckpointError:
+    return CheckpointError(redact(url), f"the folder's listing page is longer than {PAGE_BYTES:,} bytes")
 
 
 def spooled(url: str, n: int, expected: int) -> None:
@@ -345,7 +405,7 @@ class _Resolver:
 class HttpTransport:
     """Range GETs under one policy: made by the calling thread with sources/threaded.py's http.client (the default), or
     on fsspec's HTTPFileSystem (its event loop and aiohttp session) with SETTINGS.threaded off; folder listings
-    (`ls`) through fsspec. aiohttp and fsspec are imported on their first use: a command that only reads ranges never
+    (`ls`) the same way. aiohttp and fsspec are imported on their first use: a command that only reads ranges never
     imports them (~0.2-0.4 s of every remote command's start, docs/performance.md)."""
 
     def __init__(self, threaded: Callable[[Callable[[str], Slots]], Any] | None = None) -> None:
@@ -355,7 +415,7 @@ class HttpTransport:
         self._lock = threading.Lock()
         self._threaded = threaded
         self._threads: Any = None   # the threaded client, made on the first request
-        self._fs: Any = None        # fsspec's HTTPFileSystem, made on the first aiohttp request or listing
+        self._fs: Any = None        # fsspec's HTTPFileSystem, made on the first aiohttp request
 
     @property
     def fs(self) -> Any:
@@ -366,9 +426,9 @@ class HttpTransport:
 
                 timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout,
                                                 sock_read=SETTINGS.read_timeout)
-                # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here
-                # only. (aiohttp's session does not read proxies from the environment: trust_env is False, fsspec
-                # leaves it so; the threaded client uses none either.)
+                # aiohttp follows no redirect: the policy (sources/redirects.py) is applied here only. (aiohttp's
+                # session does not read proxies from the environment: trust_env is False, fsspec leaves it so; the
+                # threaded client uses none either.)
                 self._fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout},
                                           allow_redirects=False, get_client=_session)
             return self._fs
@@ -385,15 +445,17 @@ class HttpTransport:
             return self._slots[key]
 
     def get(self, url: str, start: int, end: int, headers: dict[str, str] | None = None, hint: str = "",
-            hosts: tuple[str, ...] = (), into: memoryview | None = None) -> Reply:
+            hosts: tuple[str, ...] = (), into: memoryview | None = None, page: bool = False) -> Reply:
         """Bytes [start, end) of `url`; `hosts`: other hosts a redirect may lead to (sources/redirects.py). With
         `into` (end - start bytes, a value read), the body is written there as it arrives, not joined into a bytes
         object and copied again: the reply's body is then empty and `filled` says how many bytes came (a spooled
-        whole download aside). Made on this thread by sources/threaded.py's client (SETTINGS.threaded), else on
-        aiohttp's event loop."""
+        whole download aside). `page`: a folder's listing page (`ls`). Made on this thread by sources/threaded.py's
+        client (SETTINGS.threaded), else on aiohttp's event loop."""
         from ..core.files import external_allowed
 
-        ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed(), into)
+        headers = dict(headers or {})
+        url = _credentials(url, headers)
+        ask = _Ask(url, start, end, headers, hint, hosts, external_allowed(), into, page)
         ask.headers.update({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
         if SETTINGS.threaded and self._threaded is not None:
             with self._lock:
@@ -407,15 +469,14 @@ class HttpTransport:
         return reply
 
     def ls(self, url: str) -> list[str]:
-        """The links of a folder URL's listing page (fsspec's HTTPFileSystem.ls), as full URLs."""
-        METER.request(url)
-        try:
-            found = self.fs.ls(url, detail=False)
-        except FileNotFoundError:
-            raise FileNotFound(redact(url), "not found (no listing)") from None
-        except Exception as e:  # noqa: BLE001 - aiohttp's and fsspec's errors, turned into one line
-            raise CheckpointError(redact(url), f"cannot list the folder ({type(e).__name__})") from None
-        return [str(u) for u in found]
+        """The links of a folder URL's listing page, as full URLs (`page_links`). The page is fetched as a file's
+        bytes are, under the same rules (redirects as the policy allows, retries, the deadline and the minimum rate,
+        identity encoding) and read whole up to PAGE_BYTES: fsspec's HTTPFileSystem.ls, which read it before, took a
+        body of any length, inflated gzip, followed no deadline, and asked twice when a page held no link."""
+        reply = self.get(url, 0, PAGE_BYTES, page=True)
+        if reply.total is not None and reply.total > len(reply.body):   # (a 206: the page goes on past PAGE_BYTES)
+            raise page_too_long(url)
+        return page_links(url, reply.body, reply.content_type)
 
     async def _get(self, ask: _Ask) -> Reply:
         """One range GET, retried as `_Attempts` says, each attempt within the deadline (asyncio.wait_for)."""
@@ -458,22 +519,33 @@ class HttpTransport:
             return Reply(b"", h.total, h.ctype, etag=h.etag, filled=n)
         if h.kind in ("range", "whole"):
             return Reply(await self._read(r, url, h.expected, t0), h.total, h.ctype, etag=h.etag)
+        if h.kind == "page":
+            page = bytearray()
+            if await self._receive(r, url, t0, page.extend, h.expected) > h.expected:
+                raise page_too_long(url)
+            return Reply(bytes(page), None, h.ctype, etag=h.etag)
         spool = tempfile.TemporaryFile()
         try:
-            n = 0
-            while piece := await r.content.read(_PIECE):
-                spool.write(piece)
-                n += len(piece)
-                METER.received(url, len(piece))
-                _keep_up(t0, n)
-                if 0 <= h.expected < n:
-                    break
-            spooled(url, n, h.expected)
+            spooled(url, await self._receive(r, url, t0, spool.write, h.expected), h.expected)
         except BaseException:
             spool.close()
             raise
+        n = spool.tell()
         spool.seek(0)
         return Reply(b"", n, h.ctype, spool, h.etag)
+
+    async def _receive(self, r: Any, url: str, t0: float, write: Callable[[bytes], object], most: int) -> int:
+        """A body of unknown length (or one read whole), each piece handed to `write` as it arrives, by the minimum
+        rate, to its end or until past `most` bytes (-1: no bound); the bytes read."""
+        n = 0
+        while piece := await r.content.read(_PIECE):
+            write(piece)
+            n += len(piece)
+            METER.received(url, len(piece))
+            _keep_up(t0, n)
+            if 0 <= most < n:
+                break
+        return n
 
     async def _read(self, r: Any, url: str, expected: int, t0: float) -> bytes:
         """Exactly the body the reply announced, `expected` bytes (never more), in bounded pieces, at no less
@@ -521,6 +593,7 @@ class _Ask:
     hosts: tuple[str, ...]
     allow_external: bool
     into: memoryview | None = None   # where a value read's body goes (HttpTransport.get)
+    page: bool = False               # a listing page: a 200 of unknown length is read to its end, at most `end` bytes
 
 
 def keep_up_by(t0: float, n: int) -> float:

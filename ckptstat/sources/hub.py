@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from ..core.urls import basename, redact
+from ..core.urls import basename, redact, redact_text, under
 from ..errors import CheckpointError, FileNotFound, missing_extra
 from .meter import METER
 from .target import Target
@@ -73,7 +73,7 @@ def _error(url: str, e: Exception) -> CheckpointError:
         why = "revision not found" if "revision not found" in text else \
               "repository not found" if "repository not found" in text or isinstance(e, NotImplementedError) else "not found"
         return FileNotFound(shown, why + (f" (HTTP {status})" if status else "") + (HINT if "repository" in why else ""))
-    text = " ".join(str(e).split())[:120]
+    text = " ".join(redact_text(str(e)).split())[:120]
     return CheckpointError(shown, f"the Hub answered {type(e).__name__}{': ' + text if text else ''}")
 
 
@@ -129,7 +129,10 @@ def kind(url: str) -> str | None:
 def listdir(url: str) -> list[str]:
     fs = _filesystem()
     entries = _call(url, fs.ls, url, detail=True)
-    return sorted(basename(e["name"]) for e in entries if e.get("type") == "file")
+    folder = url.rstrip("/")
+    # (a name the tree lists that is no plain name in the folder, `..` or a control character, is no file of it)
+    return sorted(n for e in entries if e.get("type") == "file"
+                  and under(f"{folder}/{(n := basename(e['name']))}", folder))
 
 
 def repos(url: str) -> list[str]:

@@ -97,8 +97,10 @@ def walk(url: str) -> list[Entry]:
             found = t.fs.find(base, detail=True)
         for _ in range(len(found) // _S3_PAGE):   # the further pages of the listing
             METER.request(url)
-    entries = [Entry(f"{root}/{_rel(name, base)}", int(info.get("size") or 0), version(info))
-               for name, info in found.items() if info.get("type", "file") == "file" and _rel(name, base)]
+    # (a path the listing names outside the folder, `../x` or with a control character, is passed over, as an http(s)
+    # listing's link outside it is: the Hub's tree never holds one, a mirror's or a store's may)
+    entries = [Entry(u, int(info.get("size") or 0), version(info)) for name, info in found.items()
+               if info.get("type", "file") == "file" and under(u := f"{root}/{_rel(name, base)}", root)]
     return sorted(entries, key=lambda e: e.url)
 
 

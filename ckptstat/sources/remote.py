@@ -29,7 +29,7 @@ from typing import IO, Any, NamedTuple
 from ..core.io import SeekableReader
 from ..core.urls import basename, redact, scheme
 from ..errors import CheckpointError, FileNotFound, MissingDependencyError, missing_extra
-from .http import HttpTransport, Reply
+from .http import PAGE_BYTES, HttpTransport, Reply
 from .meter import METER, SETTINGS
 from .target import Target
 
@@ -40,7 +40,6 @@ GAP = 1 << 16                 # prefetched ranges closer than this are fetched a
 DIRECT = 1 << 20              # a readinto of at least this many bytes (values) is fetched straight into the caller's buffer
 TOTAL_CACHE_BYTES = 1 << 26   # a 400-shard checkpoint's stats stay bounded too
 _PAGE_HEAD = 1024             # bytes of a text/html reply looked at for the `<` a page starts with
-_PAGE_BYTES = 1 << 22         # a listing page is read whole, up to this (real ones: a few KB to a few hundred)
 _CONTROL = bytes(c for c in range(32) if c not in b"\t\n\r\f")   # bytes no HTML page holds (white space aside)
 _HTTP = ("http", "https")
 # Files a folder URL may list as weights; anything else answering text/html with a page (Blob.listing_page) is a
@@ -197,7 +196,7 @@ class Blob:
         import tarfile
 
         size = self.ensure_size()
-        if size > _PAGE_BYTES:
+        if size > PAGE_BYTES:
             return False
         page = self.pread(size, 0)
         if len(page.translate(None, _CONTROL)) != len(page):
@@ -387,6 +386,7 @@ class Backend:
         self._http: HttpTransport | None = None
         self.blobs: dict[str, Blob] = {}
         self.kinds: dict[str, str | None] = {}
+        self.listed: dict[str, list[str]] = {}   # an http(s) folder URL -> the names its listing page links
         self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
         self.cached = 0   # bytes in every Blob's cache
         self.held = 0     # bytes of values read ahead (Blob.read_ahead) not yet taken or let go
@@ -471,6 +471,7 @@ class Backend:
         with self.lock:
             self.blobs.clear()
             self.kinds.clear()
+            self.listed.clear()
             self.cached = 0
             for fs in self.stores.values():   # the stores' listing caches (s3fs dircache) too
                 fs.invalidate_cache()
@@ -480,6 +481,7 @@ class Backend:
         with self.lock:
             self.blobs.clear()
             self.kinds.clear()
+            self.listed.clear()
             self.cached = 0
             self._http = None   # a new session, with the timeouts in SETTINGS now
             self._slots = None   # (and SETTINGS.concurrency now)
@@ -570,10 +572,12 @@ class Backend:
             from .hub import listdir as hub_listdir
 
             return hub_listdir(url)
-        if s in _HTTP:
+        if s in _HTTP:   # (a command asks for a folder's names more than once: its page fetched once)
             folder = url.split("?", 1)[0].rstrip("/") + "/"
-            names = [u[len(folder):].rstrip("/") for u in self.http().ls(folder) if u.startswith(folder)]
-            return sorted({n for n in names if n and "/" not in n})
+            if folder not in self.listed:
+                names = [u[len(folder):].rstrip("/") for u in self.http().ls(folder) if u.startswith(folder)]
+                self.listed[folder] = sorted({n for n in names if n and "/" not in n})
+            return list(self.listed[folder])
         t = self.target(url)
         METER.request(url)
         with _errors(url):

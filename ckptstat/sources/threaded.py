@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.urls import redact
+from ..core.urls import redact, redact_text
 from ..errors import CheckpointError
 from . import redirects
 from .http import (
@@ -62,6 +62,7 @@ from .http import (
     hop_headers,
     keep_up_by,
     overlong,
+    page_too_long,
     spooled,
     user_agent,
 )
@@ -131,7 +132,7 @@ class ThreadedClient:
         except CheckpointError:
             raise
         except Exception as e:  # noqa: BLE001 - http.client's, ssl's, yarl's unexpected errors, as one line
-            text = " ".join(str(e).split())[:120]
+            text = " ".join(redact_text(str(e)).split())[:120]
             raise CheckpointError(redact(ask.url), f"cannot read ({type(e).__name__}{': ' + text if text else ''})") \
                 from None
 
@@ -211,6 +212,11 @@ class ThreadedClient:
             return Reply(b"", h.total, h.ctype, etag=h.etag)
         if h.kind == "spool":
             return self._spool(r, url, h.expected, t0, h.ctype, h.etag)
+        if h.kind == "page":
+            page = bytearray()
+            if self._receive(r, url, t0, page.extend, h.expected) > h.expected:
+                raise page_too_long(url)
+            return Reply(bytes(page), None, h.ctype, etag=h.etag)
         r.wire.deadline = min(r.wire.deadline, keep_up_by(t0, h.expected))
         if ask.into is not None and h.expected <= len(ask.into):   # (a 206, or the small whole file from byte 0)
             n = self._read_into(r, url, h.expected, ask.into[:h.expected])
@@ -247,23 +253,28 @@ class ThreadedClient:
 
         spool = tempfile.TemporaryFile()
         try:
-            n, piece = 0, memoryview(bytearray(_PIECE))
-            while True:   # (as `_keep_up(t0, n)` after each piece: the piece's end by keep_up_by of the bytes then had)
-                r.wire.deadline = min(r.wire.limit, keep_up_by(t0, n + len(piece)))
-                got = r.readinto(piece)
-                if not got:
-                    break
-                spool.write(piece[:got])
-                n += got
-                METER.received(url, got)
-                if 0 <= expected < n:
-                    break
-            spooled(url, n, expected)
+            spooled(url, self._receive(r, url, t0, spool.write, expected), expected)
         except BaseException:
             spool.close()
             raise
+        n = spool.tell()
         spool.seek(0)
         return Reply(b"", n, ctype, spool, etag)
+
+    def _receive(self, r: _Response, url: str, t0: float, write: Callable[[memoryview], object], most: int) -> int:
+        """A body of unknown length (or one read whole), each piece handed to `write` as it arrives, by the minimum
+        rate, to its end or until past `most` bytes (-1: no bound); the bytes read."""
+        n, piece = 0, memoryview(bytearray(_PIECE))
+        while True:   # (as `_keep_up(t0, n)` after each piece: the piece's end by keep_up_by of the bytes then had)
+            r.wire.deadline = min(r.wire.limit, keep_up_by(t0, n + len(piece)))
+            got = r.readinto(piece)
+            if not got:
+                return n
+            write(piece[:got])
+            n += got
+            METER.received(url, got)
+            if 0 <= most < n:
+                return n
 
     # -- connections --------------------------------------------------------------------------------
 

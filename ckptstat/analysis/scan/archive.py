@@ -31,6 +31,7 @@ import os
 import pickletools
 import posixpath
 import re
+import secrets
 import shutil
 import stat
 import struct
@@ -110,12 +111,15 @@ def judge_archive(path: str, f: IO[bytes], size: int, judge: Judge) -> dict[str,
         return None
     t = Trace(path, reads="no loader opens an archive: users extract it (tar, unzip) and load its files, judged here "
                           "as the files of a folder")
-    tmp = tempfile.mkdtemp(prefix="ckptstat-scan-")
+    # The folder is named here and made inside the `try`: a SIGTERM (cli.py: SystemExit) that lands right after it is
+    # made still removes it (made by tempfile.mkdtemp before the `try`, one was left once under load).
+    tmp = os.path.join(tempfile.gettempdir(), f"ckptstat-scan-{secrets.token_hex(8)}")
     depth = _nesting.depth = getattr(_nesting, "depth", 0) + 1
-    if depth == 1:   # what this archive and every one inside it may write in all (an archive of compressed members,
-        bound = limits()   # each inflating to the floor, would otherwise write that floor once a member)
-        _nesting.left = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor)
     try:
+        os.mkdir(tmp, 0o700)
+        if depth == 1:   # what this archive and every one inside it may write in all (an archive of compressed
+            bound = limits()   # members, each inflating to the floor, would otherwise write that floor once a member)
+            _nesting.left = min(bound.spill_bytes, bound.inflate_ratio * size + bound.expansion_floor)
         if depth > MAX_NESTING:
             t.format = "an archive"
             t.unknown.append(f"an archive nested {depth} deep, which scan does not open")
