@@ -63,6 +63,8 @@ class Behaviour:
                                     # to range requests asking at least this many bytes (values); the rest are answered
                                     # as a plain server answers them
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
+    tree_extra: dict[str, list[str]] = field(default_factory=dict)   # "org/name" -> paths its root tree also lists as
+                                    # files (a mirror's tree naming `../x`: no file of the folder behind them)
     cdn: str | None = None          # the base URL resolve redirects go to (another server: the Hub's CDN); default this one
     revisions: tuple[str, ...] = ("main",)
     etags: bool = False             # send each file's ETag (its inode, size and mtime, as nginx and Apache derive theirs)
@@ -419,10 +421,12 @@ class _Handler(BaseHTTPRequestHandler):
                             "siblings": [{"rfilename": n} for n in every]}, head)
             elif kind == "tree" and os.path.isdir(listed) and ".." not in sub.split("/"):
                 prefix = sub.strip("/") + "/" if sub.strip("/") else ""   # a subfolder's entries: paths from the root
+                extra = [{"type": "file", "path": p, "size": 10, "oid": "1" * 40}
+                         for p in (b.tree_extra.get(repo, []) if not prefix else [])]
                 self._json([{"type": "file", "path": prefix + n, "size": os.path.getsize(os.path.join(listed, n)),
                              "oid": "0" * 40} if os.path.isfile(os.path.join(listed, n)) else
                             {"type": "directory", "path": prefix + n, "oid": "0" * 40}
-                            for n in sorted(os.listdir(listed))], head)
+                            for n in sorted(os.listdir(listed))] + extra, head)
             else:
                 self._send(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"}, head)
             return True

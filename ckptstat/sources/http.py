@@ -87,6 +87,7 @@ class Reply:
     spooled: IO[bytes] | None = None  # the whole file, when the server ignored Range and that was allowed
     etag: str | None = None          # the file's version: its ETag, else its Last-Modified date (audit's resume key)
     filled: int = -1                 # a read into the caller's buffer: the bytes written there (body is then empty)
+    final: str = ""                  # the URL that answered, when a redirect led elsewhere
 
 
 def status_error(url: str, status: int, reason: str, hint: str = "") -> CheckpointError:
@@ -476,6 +477,9 @@ class HttpTransport:
         reply = self.get(url, 0, PAGE_BYTES, page=True)
         if reply.total is not None and reply.total > len(reply.body):   # (a 206: the page goes on past PAGE_BYTES)
             raise page_too_long(url)
+        if reply.final:   # (its links are another folder's: under none of this one's names)
+            raise CheckpointError(redact(url), f"the folder's listing page redirects to {redact(reply.final)}: "
+                                               "name that folder")
         return page_links(url, reply.body, reply.content_type)
 
     async def _get(self, ask: _Ask) -> Reply:
@@ -503,7 +507,9 @@ class HttpTransport:
                     async with r:
                         there = decide(ask, here, r.status, r.reason or "", r.headers)
                         if there is None:
-                            return await self._reply(r, ask, t0)
+                            reply = await self._reply(r, ask, t0)
+                            reply.final = here if here != ask.url else ""
+                            return reply
             except redirects.Rebound as e:
                 raise redirects.rebound(ask.url, here, e) from None
             await redirects.check(ask.url, here, there, ask.hosts, ask.allow_external)

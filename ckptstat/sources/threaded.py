@@ -148,6 +148,7 @@ class ThreadedClient:
                     raise redirects.rebound(ask.url, here, e) from None
             if there is None:
                 assert reply is not None
+                reply.final = here if here != ask.url else ""
                 return reply
             redirects.check_blocking(ask.url, here, there, ask.hosts, ask.allow_external)
             headers, here = hop_headers(ask.url, there, headers), there
