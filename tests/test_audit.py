@@ -121,6 +121,23 @@ def test_missing_entry_is_a_record(tmp_path):
     assert "no such file" in r["error"]
 
 
+@pytest.mark.parametrize("name", ["model.safetensors", "flax_model.msgpack", "model.gguf", "model.onnx", "x.npy",
+                                  "model.pdparams", "w.pt", "model.keras"])
+def test_an_empty_checkpoint_is_a_unit(tmp_path, capsys, name):
+    """A failed download (an empty `model.safetensors` beside its config.json) was passed over in silence: audit
+    said 0 records, exit 0, while `ckptstat summary` of it says the file is empty. A file named as a format's files
+    are that is empty is a unit whose record says so; an empty README is none."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / name).write_bytes(b"")
+    (folder / "config.json").write_text("{}")
+    (folder / "README.md").write_bytes(b"")
+    rc = main(["audit", str(tmp_path), "--out", str(tmp_path / "r.jsonl"), "--no-progress"])
+    capsys.readouterr()
+    (rec,) = map(json.loads, open(tmp_path / "r.jsonl"))
+    assert rc == 1 and rec["path"].endswith(name) and "file is empty" in rec["error"]
+
+
 def test_dcp_folders_are_one_unit_each():
     """Each torch.distributed.checkpoint folder (global, rank-local and safetensors metadata; HuggingFaceStorageWriter
     shards) is one unit claiming every file torch wrote there: a rank's `.distcp` or shard alone was its own failed
@@ -171,6 +188,28 @@ def test_cli_resume_and_parquet(zoo, serial, tmp_path, capsys):
     assert {k[0] for k in done} == set(records)
     assert main(["audit", root, "--out", pq, "--json", "--no-progress"]) == 1
     assert json.loads(capsys.readouterr().out)["run"]["audited"] == 0
+
+
+def test_parquet_keeps_a_name_that_is_no_utf8(tmp_path, capsys):
+    """One file named with bytes that are no UTF-8 (Python holds them as surrogate escapes, Parquet's strings cannot)
+    made every `--out x.parquet` of the fleet fail ('internal error: UnicodeEncodeError'), run after run. Its bytes go
+    in a binary column: pyarrow reads the file's own name back, and a re-run resumes it."""
+    pa = pytest.importorskip("pyarrow.parquet")
+    root = tmp_path / "zoo"
+    root.mkdir()
+    weights = open(os.path.join(FIXTURES, "bert-tiny", "model.safetensors"), "rb").read()
+    odd = os.path.join(os.fsencode(str(root)), b"w\xff\xfe.safetensors")
+    with open(odd, "wb") as f:
+        f.write(weights)
+    (root / "plain.safetensors").write_bytes(weights)
+    pq = str(tmp_path / "r.parquet")
+    for audited in (2, 0):
+        assert main(["audit", str(root), "--out", pq, "--json", "--no-progress"]) == 0
+        assert json.loads(capsys.readouterr().out)["run"]["audited"] == audited
+    table = pa.read_table(pq).to_pylist()
+    assert sorted(r["path_bytes"] for r in table if r["path_bytes"]) == [odd]
+    assert sorted(r["path"] for r in table) == [os.path.join(str(root), "plain.safetensors"),
+                                               os.path.join(str(root), "w\\xff\\xfe.safetensors")]
 
 
 def test_list_file_and_table(zoo, tmp_path, capsys):

@@ -80,7 +80,7 @@ class Cluster:
             request.addfinalizer(lambda p=self.workers[-1]: _stop(p))
             _wait("dask worker", lambda log=log, n=n: open(log).read().count("Registered to") >= n,
                   [self.scheduler, self.workers[-1]], [slog, log])
-        self.worker = self.workers[0]
+        self.worker = self.workers[0] if self.workers else None
 
     def worker_pids(self, worker=None):
         return [c.pid for c in psutil.Process((worker or self.worker).pid).children()
@@ -170,6 +170,83 @@ def test_relative_paths_reach_the_workers(cluster, tmp_path):
     assert rc == 0, err
     (rec,) = records(out).values()
     assert rec["path"] == os.path.join("llama-tiny-sharded", "model.safetensors.index.json") and rec["error"] is None
+
+
+def test_a_relative_root_gives_the_local_records(cluster, zoo, tmp_path):
+    """A relative root is sent to the workers absolute: the records' files, errors and scan findings came back
+    absolute (21 of a zoo's records differed from a local run's); now spelled as the user gave them."""
+    here, name = os.path.split(zoo)
+    rc, _, err = run("audit", name, "--out", str(tmp_path / "l.jsonl"), "--no-progress", cwd=here)
+    assert rc == 1, err
+    rc, _, err = run("audit", name, "--out", str(tmp_path / "d.jsonl"), "--no-progress", "--scheduler", cluster.address,
+                     cwd=here)
+    assert rc == 1, err
+    local = records(str(tmp_path / "l.jsonl"))
+    assert records(str(tmp_path / "d.jsonl")) == local and not any(here in json.dumps(r) for r in local.values())
+
+
+# what the address tests wait for: a port that never answers as a scheduler, a scheduler with no worker
+QUICK = ("from ckptstat.analysis.audit import cluster; cluster.CONNECT_SECONDS = 3; cluster.WORKER_SECONDS = 2; "
+         "from ckptstat.__main__ import run; run()")
+
+
+def _audit_at(address, tmp_path):
+    p = subprocess.run([sys.executable, "-c", QUICK, "audit", os.path.join(FIXTURES, "bert-tiny"), "--out",
+                        str(tmp_path / "a.jsonl"), "--no-progress", "--scheduler", address],
+                       capture_output=True, text=True, timeout=WAIT)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert not os.path.exists(tmp_path / "a.jsonl")
+    return p.stderr
+
+
+def test_an_address_that_is_no_scheduler_is_one_line(tmp_path):
+    """A port that accepts and never answers as a scheduler (a web server: the dashboard's 8787 for the scheduler's
+    8786) held `audit --scheduler` for good, silent; an address distributed cannot parse was 'internal error', a
+    minute in Client.__del__ and a traceback. Each is one line now, within CONNECT_SECONDS."""
+    import socket
+
+    web = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)   # (connections accepted by the kernel, never answered)
+    try:
+        port = int(web.stdout.readline().split(" port ")[1].split()[0])
+        assert "nothing there answered as a Dask scheduler within 3 s" in _audit_at(f"tcp://127.0.0.1:{port}", tmp_path)
+        assert "nothing there answered" in _audit_at(f"tcp://127.0.0.1:{silent.getsockname()[1]}", tmp_path)
+    finally:
+        web.kill()
+        silent.close()
+    for bad in ("tcp://", "tcp://[::1", "http://127.0.0.1:8786", "inproc://x", "127.0.0.1:8786"):
+        err = _audit_at(bad, tmp_path)
+        assert "cannot reach the Dask scheduler" in err or "takes a scheduler address" in err, err
+
+
+def test_a_worker_address_or_a_scheduler_without_workers_is_one_line(tmp_path, request):
+    lone = Cluster(str(tmp_path / "lone"), request, nworkers=())
+    assert "the Dask scheduler has no worker (none joined in 2 s" in _audit_at(lone.address, tmp_path)
+    Cluster(str(tmp_path / "one"), request, nworkers=(1,))
+    log = open(os.path.join(str(tmp_path / "one"), "worker0.log")).read()
+    worker = log.split("Start worker at:")[1].split()[0]
+    assert "a Dask Worker answers there, not a scheduler" in _audit_at(worker, tmp_path)
+
+
+def test_scheduler_killed_mid_audit_keeps_no_verdict_and_resumes(zoo, local, tmp_path, request):
+    """SIGKILL the scheduler mid-audit: the records of the checkpoints not done became 'the worker auditing it died 1
+    time(s)' errors (no worker died), kept and resumed past by every later run (only --fresh redid them), with 35 lines
+    of distributed's tracebacks. Now one line, no record for what was not audited, and a run on a new cluster audits
+    exactly the rest."""
+    first = Cluster(str(tmp_path / "first"), request)
+    out = str(tmp_path / "s.jsonl")
+    rc, err, written = _audit_killing(first.address, zoo, out, first.scheduler.pid)
+    assert written < len(local), "the audit ended before the kill: nothing was tested"
+    assert rc == 1 and err.count("\n") == 1 and "lost the Dask scheduler" in err and "Traceback" not in err, err
+    kept = [json.loads(x) for x in open(out)]
+    assert len(kept) < len(local) and not any("died" in (r["error"] or "") for r in kept)
+    second = Cluster(str(tmp_path / "second"), request)
+    rc, text, err = run("audit", zoo, "--out", out, "--no-progress", "--json", "--scheduler", second.address)
+    assert rc == 1 and json.loads(text)["run"]["audited"] == len(local) - len(kept), err
+    assert records(out) == local
 
 
 def _audit_killing(address, zoo, out, victim):

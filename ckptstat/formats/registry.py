@@ -114,6 +114,12 @@ FALLBACK_HEADS = {"pytorch (zip)": _ZIP, "pytorch export (.pt2)": _ZIP, "numpy (
                   "pytorch (legacy)": b"\x80"}
 
 
+def named_as_checkpoint(path: str) -> bool:
+    """Whether the file's name ends as a format's files do (`.safetensors`, `.gguf`, `.pt`, ...)."""
+    _load_all()
+    return path.endswith(tuple(e for f in FORMATS for e in f.extensions if e))
+
+
 def detect(path: str) -> Format:
     probe = Probe.of(path)
     for fmt in _formats_in_order():

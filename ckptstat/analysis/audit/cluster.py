@@ -13,14 +13,16 @@ Imported only on the `--scheduler` path: nothing of dask loads otherwise (tests/
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from ...core.urls import is_url
-from ...errors import UsageError, missing_extra, one_line
+from ...errors import CheckpointError, UsageError, missing_extra, one_line
 from . import Runner, Settings, audit_record, lost_record, settings
 from .find import Unit
 
@@ -35,17 +37,81 @@ def distributed() -> Any:
     return distributed
 
 
+CONNECT_SECONDS = 30   # to reach the scheduler and hear it say what it is
+WORKER_SECONDS = 60    # to wait for a first worker on a scheduler that has none
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")   # the addresses `dask scheduler` listens on (inproc: one process's own)
+
+
 def client_for(scheduler: Any) -> tuple[Any, bool]:
-    """(a distributed.Client, whether we own it): from an address, or a Client / cluster given as is."""
+    """(a distributed.Client, whether we own it): from an address, or a Client / cluster given as is. An address is
+    first asked who it is (`_identify`): distributed.Client's own timeout does not bound its handshake, so a port that
+    accepts and never answers as a scheduler (the dashboard's 8787, a web server) held it for good, and an address it
+    cannot parse was a traceback ('internal error') after a minute in Client.__del__."""
     Client = distributed().Client
     if isinstance(scheduler, Client):
         return scheduler, False
-    if isinstance(scheduler, str) and "://" not in scheduler:
+    if not isinstance(scheduler, str) or "://" not in scheduler or scheduler.split("://")[0] not in SCHEMES:
         raise UsageError(f"--scheduler takes a scheduler address such as tcp://host:8786, got {scheduler!r}")
+    _identify(scheduler)
     try:
-        return Client(scheduler, set_as_default=False, timeout="30s"), True
-    except OSError as e:
+        with quiet_dask():
+            return Client(scheduler, set_as_default=False, timeout=f"{CONNECT_SECONDS}s"), True
+    except (OSError, ValueError, TypeError) as e:
         raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({one_line(str(e))})") from None
+
+
+def _identify(address: str) -> None:
+    """The one line that says why `address` is no Dask scheduler to run on: unreachable, not answering as one within
+    CONNECT_SECONDS, another Dask process (a worker's address), or no worker joining within WORKER_SECONDS."""
+    import time
+
+    from distributed.core import rpc
+    from distributed.security import Security
+
+    async def ask(op: str) -> Any:
+        async with rpc(address, timeout=CONNECT_SECONDS,
+                       connection_args=Security().get_connection_args("client")) as r:
+            return await getattr(r, op)()
+
+    def answer(op: str) -> Any:
+        try:
+            with quiet_dask():
+                return asyncio.run(asyncio.wait_for(ask(op), CONNECT_SECONDS))
+        except (asyncio.TimeoutError, TimeoutError):
+            raise UsageError(f"--scheduler {address}: nothing there answered as a Dask scheduler within "
+                             f"{CONNECT_SECONDS} s (the scheduler's port, 8786 by default, not its dashboard's?)") from None
+        except Exception as e:  # noqa: BLE001 - distributed's and the OS's errors of an address, as one line
+            raise UsageError(f"--scheduler {address}: cannot reach the Dask scheduler "
+                             f"({type(e).__name__}: {one_line(str(e))})") from None
+
+    kind = answer("identity")
+    if not isinstance(kind, dict) or kind.get("type") != "Scheduler":
+        what = kind.get("type") if isinstance(kind, dict) else None
+        raise UsageError(f"--scheduler {address}: a Dask {what or 'process'} answers there, not a scheduler")
+    deadline = time.monotonic() + WORKER_SECONDS
+    while not kind.get("workers"):
+        if time.monotonic() > deadline:
+            raise UsageError(f"--scheduler {address}: the Dask scheduler has no worker (none joined in "
+                             f"{WORKER_SECONDS} s: start `dask worker {address}`)")
+        time.sleep(1.0)
+        kind = answer("identity")
+
+
+@contextmanager
+def quiet_dask() -> Iterator[None]:
+    """distributed's loggers kept from the terminal: a lost scheduler or a refused connection logs its traceback
+    (35 lines of `distributed.client - ERROR`) beside the one line ckptstat says of it."""
+    import logging
+
+    names = [n for n in list(logging.root.manager.loggerDict) if n == "distributed" or n.startswith("distributed.")]
+    saved = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
 
 
 def _task(unit: Unit, values: bool, using: Settings) -> dict[str, Any]:
@@ -82,8 +148,9 @@ def runner(scheduler: Any) -> Runner:
 def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: int = 0) -> Iterator[dict[str, Any]]:
     """Records of `units` as the cluster finishes them. `retries`: extra attempts for a task that
     raised (a record never raises, so this is for the machinery: a worker lost mid-transfer)."""
-    as_completed = distributed().as_completed
+    as_completed, KilledWorker = distributed().as_completed, distributed().KilledWorker
     client, owned = client_for(scheduler)
+    done = 0
     try:
         # One map, one graph sent to the scheduler (a submit per unit costs a round trip each).
         submitted = client.map(_task, [_absolute(u) for u in units], values=values, using=settings(),
@@ -94,12 +161,54 @@ def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: in
         for fut in as_completed(submitted, loop=client.loop):
             unit = futures[fut.key]
             try:
-                rec = fut.result()
-            except Exception as e:  # noqa: BLE001 - KilledWorker, a lost connection: a record, not the end
-                rec = lost_record(unit, 1 + retries, f"{type(e).__name__}: {e}")
-            rec["path"] = unit.path   # the record keeps the user's spelling: the resume key, as a local run's
-            yield rec
+                with quiet_dask():
+                    rec = fut.result()
+            except KilledWorker as e:   # the workers running it died allowed-failures times: a verdict on the file
+                rec = lost_record(unit, _allowed_failures(), one_line(f"{type(e).__name__}: {e}"))
+            except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - the scheduler lost (a task cancelled),
+                # the machinery failing (a worker without ckptstat): no verdict on the file, so no record (every later
+                # run keeps a record and resumes past it)
+                lost = isinstance(e, (asyncio.CancelledError, OSError, TimeoutError)) or client.status != "running"
+                why = "lost the Dask scheduler" if lost else f"the workers failed to run a task ({one_line(str(e))[:200]})"
+                raise CheckpointError(str(scheduler), f"{why} ({type(e).__name__}) after {done} of {len(units)} "
+                                                      "checkpoints; run again to audit the rest (the records written "
+                                                      "are kept)") from None
+            yield as_given(rec, unit)
+            done += 1
             fut.release()
     finally:
         if owned:
-            client.close()
+            with quiet_dask():
+                client.close(timeout=CONNECT_SECONDS)
+
+
+def _allowed_failures() -> int:
+    """The attempts the scheduler makes before a task is KilledWorker (its config, as the client reads it)."""
+    import dask
+
+    return int(dask.config.get("distributed.scheduler.allowed-failures", 3)) + 1
+
+
+def as_given(rec: dict[str, Any], unit: Unit) -> dict[str, Any]:
+    """A record computed on the workers, the paths in it spelled as the user gave them: a relative root was sent
+    absolute (`on_cluster`), and its files, errors and scan findings came back so (a local run's record has the
+    user's spelling: the resume key among them)."""
+    given = {p for p in (unit.path, *unit.files) if on_cluster(p) != p}
+    # (and the folders they are in, a file the message names beside them: a shard an index names and the folder lacks;
+    # longer paths first)
+    pairs = sorted({(on_cluster(p), p) for p in given} | {(on_cluster(d or ".") + os.sep, d + os.sep if d else "")
+                                                          for d in map(os.path.dirname, given)}, reverse=True)
+
+    def spelled(v: Any) -> Any:
+        if isinstance(v, str):
+            for absolute, given in pairs:
+                v = v.replace(absolute, given)
+            return v
+        if isinstance(v, dict):
+            return {k: spelled(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [spelled(x) for x in v]
+        return v
+    rec = spelled(rec) if pairs else rec
+    rec["path"] = unit.path   # the record keeps the user's spelling: the resume key, as a local run's
+    return rec

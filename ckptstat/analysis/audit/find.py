@@ -40,7 +40,7 @@ from ...errors import (
 )
 from ...formats.keras_hub import preset_folder
 from ...formats.orbax import orbax_folder
-from ...formats.registry import DCP_SHARD, detect, index_shards, is_index, read_json
+from ...formats.registry import DCP_SHARD, detect, index_shards, is_index, named_as_checkpoint, read_json
 from ...formats.training import trainer_folder
 from ..scan import pickle_bearing
 
@@ -88,14 +88,18 @@ def _unit(path: str, files: list[str]) -> Unit:
 
 
 def _is_unit(path: str) -> bool:
-    """Whether a file no rule claimed is a checkpoint: the registry accepts it, or it is a pickle."""
+    """Whether a file no rule claimed is a checkpoint: the registry accepts it, or it is a pickle; or it is named as a
+    format's files are and is empty or cannot be read (a failed download, a file of another user's: a unit whose record
+    says why, not a file passed over in silence, as an empty `model.safetensors` was)."""
     try:
         detect(path)
         return True
-    except UnknownFormatError:
-        return pickle_bearing(path)
+    except UnknownFormatError as e:
+        return pickle_bearing(path) or (e.reason == "file is empty" and named_as_checkpoint(path))
     except CkptstatError:   # a URL that cannot be read (403, timeouts): a unit, whose record says why
         return is_url(path) or pickle_bearing(path)
+    except OSError:
+        return named_as_checkpoint(path) or pickle_bearing(path)
     except Exception:  # noqa: BLE001 - an odd file is judged by its pickle bytes alone
         return pickle_bearing(path)
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from ...core.files import atomic_output, check_output, fresh_output, read_own
+from ...core.text import has_surrogate
 from ...errors import UsageError, missing_extra
 from .find import resume_key
 
@@ -61,6 +62,12 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return out
 
 
+# A path that is no UTF-8 text (a file name of other bytes: Python holds them as surrogate escapes, which Parquet's
+# UTF-8 strings cannot) goes in this binary column as its bytes, `path` showing them backslash-escaped: the resume key
+# read back is the file's own name (one such name made every Parquet write of a fleet fail).
+PATH_BYTES = "path_bytes"
+
+
 def _read_parquet(path: str) -> list[dict[str, Any]]:
     pq = _pyarrow()
     rows = pq.read_table(path).to_pylist()
@@ -68,6 +75,9 @@ def _read_parquet(path: str) -> list[dict[str, Any]]:
         for k in NESTED:
             if isinstance(r.get(k), str):
                 r[k] = json.loads(r[k])
+        raw = r.pop(PATH_BYTES, None)
+        if isinstance(raw, bytes):
+            r["path"] = os.fsdecode(raw)
     return rows
 
 
@@ -136,10 +146,28 @@ class Writer:
             os.remove(self.path)
 
 
+def _bytes(s: str) -> bytes:
+    """A string's bytes, a file name's surrogate escapes as the bytes they stand for (os.fsencode's)."""
+    try:
+        return s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:   # (a lone surrogate no file name holds)
+        return s.encode("utf-8", "surrogatepass")
+
+
+def _text(v: Any) -> Any:
+    """A value as Parquet holds it: a string with surrogate escapes (a file name's bytes in an error) with those bytes
+    backslash-escaped (`\\xff`)."""
+    return _bytes(v).decode("utf-8", "backslashreplace") if isinstance(v, str) and has_surrogate(v) else v
+
+
 def write_parquet(out: str, records: list[dict[str, Any]]) -> None:
     import pyarrow as pa
 
     pq = _pyarrow()
-    rows = [{k: (json.dumps(v, sort_keys=True) if k in NESTED else v) for k, v in r.items()} for r in records]
+    rows = [{k: (json.dumps(v, sort_keys=True) if k in NESTED else _text(v)) for k, v in r.items()} for r in records]
+    named = [r.get("path") for r in records]
+    if any(isinstance(p, str) and has_surrogate(p) for p in named):
+        for row, p in zip(rows, named):
+            row[PATH_BYTES] = _bytes(p) if isinstance(p, str) and has_surrogate(p) else None
     with atomic_output(out) as tmp:
         pq.write_table(pa.Table.from_pylist(rows), tmp)
