@@ -190,6 +190,23 @@ def test_cli_resume_and_parquet(zoo, serial, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["run"]["audited"] == 0
 
 
+def test_a_file_swapped_for_a_link_after_the_walk_is_not_read(tmp_path):
+    """The walk refuses links out of the root, but a cluster's task may wait in the queue long after it: a file replaced
+    meanwhile by a link to a checkpoint outside was read as the unit (its bytes the old file's, its parameters the
+    outside file's). A unit whose files are not what the walk found is an error record, read no further."""
+    root, outside = tmp_path / "zoo", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "model.safetensors").write_bytes(open(os.path.join(FIXTURES, "bert-tiny", "model.safetensors"), "rb").read())
+    (outside / "secret.safetensors").write_bytes(open(os.path.join(FIXTURES, "dtypes.safetensors"), "rb").read())
+    units, _ = discover(str(root))
+    assert audit_record(units[0])["error"] is None
+    os.remove(root / "model.safetensors")
+    os.symlink(outside / "secret.safetensors", root / "model.safetensors")
+    rec = audit_record(units[0])
+    assert "changed since the audit found it" in rec["error"] and rec["parameters"] is None and rec["scan"] is None
+
+
 def test_parquet_keeps_a_name_that_is_no_utf8(tmp_path, capsys):
     """One file named with bytes that are no UTF-8 (Python holds them as surrogate escapes, Parquet's strings cannot)
     made every `--out x.parquet` of the fleet fail ('internal error: UnicodeEncodeError'), run after run. Its bytes go

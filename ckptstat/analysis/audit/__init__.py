@@ -18,7 +18,7 @@ from typing import Any
 from ...core.urls import concurrently, is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from ..scan import nothing_inside, pickle_named, scan_url_if_pickle
-from .find import Unit
+from .find import Unit, unchanged
 
 AUDIT_SCHEMA = "ckptstat.audit/1"
 SUMMARY_SCHEMA = "ckptstat.audit_summary/1"
@@ -222,6 +222,9 @@ def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
     try:
         if unit.error:
             raise CkptstatError(unit.error)
+        if unit.files and not unchanged(unit):
+            raise CheckpointError(unit.path, "changed since the audit found it (replaced, or a link put in its place): "
+                                             "not read; the next run audits it as it is then")
         rec["scan"] = _scan(unit.files or (unit.path,))
         if not unit.files:
             raise CheckpointError(unit.path, "no such file or folder")

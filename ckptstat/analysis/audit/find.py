@@ -74,6 +74,12 @@ def resume_key(path: str, size: int, mtime_ns: int | None, etag: str | None) -> 
 
 
 def _unit(path: str, files: list[str]) -> Unit:
+    kept, size, mtime = stat_files(files)
+    return Unit(path, tuple(kept), size, mtime)
+
+
+def stat_files(files: list[str] | tuple[str, ...]) -> tuple[list[str], int, int]:
+    """(the files that are there, their bytes, their latest mtime_ns): a unit's resume key."""
     size = mtime = 0
     kept = []
     for f in files:
@@ -84,7 +90,13 @@ def _unit(path: str, files: list[str]) -> Unit:
         kept.append(f)
         size += st.st_size
         mtime = max(mtime, st.st_mtime_ns)
-    return Unit(path, tuple(kept), size, mtime)
+    return kept, size, mtime
+
+
+def unchanged(unit: Unit) -> bool:
+    """Whether a local unit's files are still what the walk found (their names, bytes and mtime): a file replaced by
+    a link out of the root after the walk (a cluster's task may wait long in the queue) is not read as the unit."""
+    return is_url(unit.path) or stat_files(unit.files) == (list(unit.files), unit.bytes, unit.mtime_ns)
 
 
 def _is_unit(path: str) -> bool:
