@@ -346,3 +346,11 @@ def test_a_hub_error_names_no_signature(monkeypatch, capsys):
         monkeypatch.setenv("HF_ENDPOINT", s.url)
         err = one_line(*cli(capsys, "summary", "hf://org/m")[::2])
         assert "SECRET1" not in err
+
+
+def test_a_missing_file_url_says_what_the_server_said(capsys):
+    """`summary URL` of a file the server answers 404 said "no such file or folder" (a local path's words); now the
+    server's, as docs/remote.md states them."""
+    with Scripted({"/m/": page_route(links("model.safetensors"))}) as s:
+        err = one_line(*cli(capsys, "summary", s.url + "/m/gone.safetensors")[::2])
+        assert err.endswith("gone.safetensors: not found (HTTP 404)\n")

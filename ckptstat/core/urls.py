@@ -98,6 +98,7 @@ class Backend(Protocol):
     def size(self, url: str, what: str = "") -> int: ...
     def kind(self, url: str) -> str | None: ...          # "file", "directory" or None (absent)
     def listdir(self, url: str) -> list[str]: ...        # names of the files in a folder URL
+    def why_absent(self, url: str) -> str: ...           # what the store said of a URL `kind` found missing
     def forget_ahead(self) -> None: ...                  # let go of the reads ahead no read took (core/io.py read_ahead)
     @property
     def concurrency(self) -> int: ...                    # requests it lets one command have in flight

@@ -406,7 +406,7 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     if urls.is_url(path):   # https://, hf://, s3://...: read through the remote source (docs/remote.md)
         from .. import sources  # noqa: F401 - installs it in core.urls; fsspec itself loads on the first request
         if not files.exists(path):
-            raise FileNotFound(urls.redact(path), "no such file or folder")
+            raise FileNotFound(urls.redact(path), urls.backend().why_absent(path))
     elif not os.path.exists(path) and os.path.isfile(path + ".index"):
         path = path + ".index"   # a TF checkpoint prefix
     elif not os.path.lexists(path):

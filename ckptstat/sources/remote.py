@@ -387,6 +387,7 @@ class Backend:
         self.blobs: dict[str, Blob] = {}
         self.kinds: dict[str, str | None] = {}
         self.listed: dict[str, list[str]] = {}   # an http(s) folder URL -> the names its listing page links
+        self.absent: dict[str, str] = {}   # a URL found missing -> what the server said (`not found (HTTP 404)`)
         self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
         self.cached = 0   # bytes in every Blob's cache
         self.held = 0     # bytes of values read ahead (Blob.read_ahead) not yet taken or let go
@@ -471,6 +472,7 @@ class Backend:
         with self.lock:
             self.blobs.clear()
             self.kinds.clear()
+            self.absent.clear()
             self.listed.clear()
             self.cached = 0
             for fs in self.stores.values():   # the stores' listing caches (s3fs dircache) too
@@ -481,6 +483,7 @@ class Backend:
         with self.lock:
             self.blobs.clear()
             self.kinds.clear()
+            self.absent.clear()
             self.listed.clear()
             self.cached = 0
             self._http = None   # a new session, with the timeouts in SETTINGS now
@@ -560,11 +563,15 @@ class Backend:
         try:
             b = self.blob(url)
             b.ensure_size()
-        except FileNotFound:
+        except FileNotFound as e:
+            self.absent[url] = e.reason
             return None
         if b.listing_page():
             return "directory"   # a folder URL the server answers with its listing page
         return "file"
+
+    def why_absent(self, url: str) -> str:
+        return self.absent.get(url, "no such file or folder")
 
     def listdir(self, url: str) -> list[str]:
         s = scheme(url)
