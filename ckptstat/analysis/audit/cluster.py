@@ -201,8 +201,8 @@ def as_given(rec: dict[str, Any], unit: Unit) -> dict[str, Any]:
 
     def spelled(v: Any) -> Any:
         if isinstance(v, str):
-            for absolute, given in pairs:
-                v = v.replace(absolute, given)
+            for absolute, typed in pairs:
+                v = v.replace(absolute, typed)
             return v
         if isinstance(v, dict):
             return {k: spelled(x) for k, x in v.items()}
