@@ -27,6 +27,20 @@ def test_table_is_what_the_installed_transformers_gives():
     assert saved["defaults"] == json.loads(json.dumps(table())), f"regenerate (written by transformers {saved['transformers']})"
 
 
+def test_not_null_table_is_what_the_installed_transformers_gives():
+    """config_not_null.json: the keys each config class's type validators refuse null for (Cfg.get's error), and not
+    Llama 4's attention_chunk_size, which Llama4TextConfig takes null (no chunked layers)."""
+    with open(_make_config_defaults.OUT_NOT_NULL, encoding="utf-8") as f:
+        saved = json.load(f)
+    assert saved["not_null"] == table(_make_config_defaults.not_null_of), \
+        f"regenerate (written by transformers {saved['transformers']})"
+    assert "attention_chunk_size" not in saved["not_null"]["llama4_text"]
+    T.Llama4TextConfig(attention_chunk_size=None)
+    for key in saved["not_null"]["llama4_text"][:3]:
+        with pytest.raises(Exception, match=key):
+            T.Llama4TextConfig(**{key: None})
+
+
 def _minimal(sample) -> dict[str, Any]:
     """config.json with only what the sample sets: every other key is left to its default."""
     cls = getattr(T, sample.config)

@@ -62,3 +62,44 @@ def test_chunked_pairs_are_a_triangle_per_chunk():
         mask = and_masks(causal_mask_function, chunked_overlay(chunk, torch.tensor([0])))
         kept = sum(bool(mask(0, 0, torch.tensor(q), torch.tensor(k))) for q in range(n) for k in range(n))
         assert causal_pairs(n, chunk, chunked=True) == kept, (n, chunk)
+
+
+# Llama4TextConfig(attention_chunk_size=None), which transformers takes (`int | None`): every layer attends all tokens
+NO_CHUNK = dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=32, intermediate_size=48, intermediate_size_mlp=96, num_local_experts=3, num_experts_per_tok=1,
+                interleave_moe_layer_step=1, attention_chunk_size=None, use_qk_norm=False, no_rope_layers=[1, 1, 0])
+
+
+def test_a_saved_null_chunk_is_full_attention_as_transformers_runs_it(tmp_path):
+    """config.json's "attention_chunk_size": null (save_pretrained writes it so): parameters (model.parameters()),
+    FLOPs (FlopCounterMode, eager attention, the CPU forward's experts) and cache bytes (the DynamicCache that forward
+    returns: every layer all s tokens) of the tiny model itself; a null the config class refuses is one line saying so."""
+    from conftest import held_bytes
+    from test_families import fcm_flops, meta_model
+
+    from ckptstat.errors import UsageError
+
+    model = meta_model(T.Llama4ForCausalLM, T.Llama4TextConfig(**NO_CHUNK), "cpu")
+    model.set_experts_implementation("eager")
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "attention_chunk_size" in saved and saved["attention_chunk_size"] is None
+    m = load(str(tmp_path))
+    assert m.predicted["total"] == sum(p.numel() for p in model.parameters())
+    for seq in (5, 9):
+        assert flops.run(m, 2, seq)["totals"]["flops"] == fcm_flops(model, seq, 2, "cpu"), seq
+        ids = torch.arange(2 * seq).reshape(2, seq) % NO_CHUNK["vocab_size"]
+        with torch.no_grad():
+            cache = model(input_ids=ids, use_cache=True).past_key_values
+        assert _kv(m, 2, seq, 4) == held_bytes([t for layer in cache.layers for t in (layer.keys, layer.values)]), seq
+    (tmp_path / "config.json").write_text(json.dumps(dict(saved, intermediate_size_mlp=None)))
+    with pytest.raises(UsageError, match="intermediate_size_mlp is null, which the llama4_text config class does not take"):
+        load(str(tmp_path))
+    # chunked layers with a null chunk: transformers' forward cannot run it either
+    chunked = dict(saved, layer_types=["chunked_attention"] * 2 + ["full_attention"])
+    bad = meta_model(T.Llama4ForCausalLM, T.Llama4TextConfig(**dict(NO_CHUNK, layer_types=chunked["layer_types"])), "cpu")
+    with pytest.raises(TypeError), torch.no_grad():
+        bad(input_ids=torch.zeros((1, 4), dtype=torch.long))
+    (tmp_path / "config.json").write_text(json.dumps(chunked))
+    with pytest.raises(UsageError, match="attention_chunk_size is null, but layer_types has chunked_attention layers"):
+        load(str(tmp_path))

@@ -58,6 +58,8 @@ def from_config(c: Cfg) -> ArchSpec:
     if not isinstance(types, list) or len(types) != L or any(t not in ("full_attention", "chunked_attention") for t in types):
         raise UsageError(f"{c.path}: config layer_types is not a list of {L} 'full_attention' / 'chunked_attention'")
     chunked = tuple(i for i, t in enumerate(types) if t == "chunked_attention")
+    if chunked and chunk is None:   # transformers 5.25's forward raises a TypeError on it too
+        raise UsageError(f"{c.path}: config attention_chunk_size is null, but layer_types has chunked_attention layers")
     if chunked and (isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 < chunk <= 1 << 31):
         raise UsageError(f"{c.path}: config attention_chunk_size = {str(chunk)[:40]} is not a positive integer up to "
                          f"{1 << 31:,}")

@@ -139,13 +139,23 @@ class Cfg:
         Qwen3-MoE's `num_experts`), or inside `rope_parameters`, where transformers 5 moved the rotary keys
         (rope_theta, partial_rotary_factor, the scaling). A key the file leaves out: with a `default` (the key
         is optional), the constant its model_type's config class gives it (config_defaults.json, generated from
-        transformers), else `default` (the family's rule for a value the class derives); without one, an error."""
+        transformers), else `default` (the family's rule for a value the class derives); without one, an error. A key
+        the file sets to null: `default`; with FROM_CLASS, null (None), or an error saying it is null where the config
+        class refuses null for it (config_not_null.json)."""
         if (got := self._lookup(keys)) is not None:
             return got[1]
+        saved_null = [name for k in keys for name in config_names(self.model_type, k) if name in self.cfg]
         if default is KeyError:
-            raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
-        # a key the file sets to null keeps null's meaning (DeepSeek-V2-Lite's q_lora_rank: no query LoRA), never the class's
-        saved_null = any(name in self.cfg for k in keys for name in config_names(self.model_type, k))
+            raise UsageError(f"{self.path}: config {saved_null[0]} is null, needed for the analytic model" if saved_null
+                             else f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
+        # a key the file sets to null keeps null's meaning (DeepSeek-V2-Lite's q_lora_rank: no query LoRA), never the
+        # class's: the family's `default`, or with FROM_CLASS null itself (Llama 4's attention_chunk_size: no chunking),
+        # unless the config class refuses null for that key (config_not_null.json: its type validator raises)
+        if saved_null and default is FROM_CLASS:
+            if refused := [n for n in saved_null if n in _not_null().get(self.model_type, ())]:
+                raise UsageError(f"{self.path}: config {refused[0]} is null, which the {self.model_type} config class "
+                                 "does not take")
+            return None
         theirs = None if saved_null else next((v for k in keys if (v := class_default(self.model_type, k)) is not None), None)
         if theirs is None and default is FROM_CLASS:
             raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, and no default for it is known for "
@@ -216,6 +226,12 @@ def _defaults() -> Mapping[str, Mapping[str, Any]]:
     return table
 
 
+@functools.cache
+def _not_null() -> Mapping[str, frozenset[str]]:
+    with open(os.path.join(TABLES, "config_not_null.json"), encoding="utf-8") as f:
+        return {mt: frozenset(keys) for mt, keys in json.load(f)["not_null"].items()}
+
+
 def class_default(model_type: str, key: str) -> Any:
     """The constant default model_type's config class gives `key` (or a name it goes by), or None where the
     class has none or derives it from other fields (config_defaults.json)."""
@@ -245,7 +261,7 @@ def _shown(v: object) -> str:
     """A config value in a message: short, whatever the file holds (a 4200-digit integer, a long list)."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
         return f"an integer of {v.bit_length():,} bits"
-    text = repr(v) if isinstance(v, (int, float, str, bool)) else f"a {type(v).__name__}"
+    text = "null" if v is None else repr(v) if isinstance(v, (int, float, str, bool)) else f"a {type(v).__name__}"
     return text if len(text) <= 40 else text[:40] + "..."
 
 
