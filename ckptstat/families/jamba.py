@@ -8,10 +8,11 @@ per Mamba layer (base.decoder_kv_cache)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from .framework import layout
 from .framework.archspec import ArchSpec
-from .framework.base import FROM_CLASS, Cfg, Family, Sample
+from .framework.base import FROM_CLASS, Cfg, Family, Sample, Tensors
 from .framework.layout import TINY_MOE, DecoderLayout, Paths
 from .framework.layout_base import JAMBA_KEYS
 
@@ -29,12 +30,18 @@ def from_config(c: Cfg) -> ArchSpec:
     return replace(s, dense_layers=tuple(i for i in range(s.layers) if not (period and i % period == offset and s.experts > 1)))
 
 
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    """The layout's spec from the shapes; the experts per token, which no tensor shows, JambaConfig's default (said
+    in the assumptions, as every routed family's: layout.routed_from_tensors)."""
+    return layout.routed_from_tensors(JAMBA, T, common, "jamba")
+
+
 _SIZES = dict(TINY_MOE, num_hidden_layers=4, num_experts=4, attn_layer_period=2, attn_layer_offset=1,
               expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_d_conv=3, mamba_dt_rank=4)
 
 FAMILY = Family(
     name="jamba",
-    **{**layout.family_fields({"jamba": JAMBA}, "ssm_x"), "from_config": from_config},
+    **{**layout.family_fields({"jamba": JAMBA}, "ssm_x"), "from_config": from_config, "from_tensors": from_tensors},
     before=("bamba",),   # Bamba's signature (its mixer's mamba.in_proj) matches Jamba's names too
     # its signature (layers.N.mamba.x_proj) is a prefix of Zamba's per-head mamba.x_proj_weight (families/zamba.py)
     signature_without=r"(^|[./])mamba[./]x_proj_weight$",

@@ -50,6 +50,9 @@ LAYOUT = DecoderLayout(latent=True, paths=Paths(router="router.classifier"))
 class LongcatVariant(Variant):
     zero_experts: int   # zero_expert_num: identity experts beside the n_routed_experts real ones
 
+    def routed_choices(self, experts: int) -> int:
+        return experts + self.zero_experts   # the classifier scores E + Z experts
+
 
 def flops_refused(s: ArchSpec) -> str | None:
     """Why no FLOPs (module docstring): a MoE of zero experts alone, which transformers cannot run; else None."""

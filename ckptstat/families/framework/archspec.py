@@ -91,6 +91,11 @@ class Variant:
     ArchSpec.variant and read back with `ArchSpec.variant_as(cls)`, so that a misspelt name is a type error
     (mypy), not a silent 0."""
 
+    def routed_choices(self, experts: int) -> int:
+        """What a router picks its top-k from, given the `experts` the layers hold: those, unless the family's router
+        also picks experts that hold no weights (LongCat-Flash's identity experts)."""
+        return experts
+
 
 V = TypeVar("V", bound=Variant)
 
@@ -229,6 +234,11 @@ class ArchSpec:
         if not self.experts:
             return ()
         return tuple(i for i in (self.ffn_layers or range(self.layers)) if i not in self.dense_layers)
+
+    @property
+    def routed_choices(self) -> int:
+        """What each router picks its top_k from (Variant.routed_choices): the experts, or more."""
+        return self.variant.routed_choices(self.experts) if isinstance(self.variant, Variant) else self.experts
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

@@ -78,13 +78,25 @@ def from_canonical(family: str, T: Tensors, head: str | None = None) -> ArchSpec
     head, once)."""
     head = head or infer_head(family, T)[0]
     try:
-        return get(family).from_tensors(T, dict(family=family, model_type=family, source="tensor names", architecture=None,
-                                                head=head))
+        spec = get(family).from_tensors(T, dict(family=family, model_type=family, source="tensor names",
+                                                architecture=None, head=head))
     except (IndexError, ValueError, ZeroDivisionError) as e:
         # a family's look-ups read the shapes its own files have: a tensor of another rank or an empty one (a hostile
         # or foreign file under the family's names) is an answer of no architecture, not a crash
         raise UsageError(f"cannot infer the {family} architecture from the tensor shapes ({type(e).__name__}: "
                          f"{one_line(str(e))[:200]}); pass --config") from None
+    return capped_top_k(spec)
+
+
+def capped_top_k(spec: ArchSpec) -> ArchSpec:
+    """A spec read without config whose assumed experts per token (a released model's, or the config class's default)
+    are more than its routers can pick from (a small checkpoint: 8 of 4 experts): top_k that many, said in the
+    assumptions. transformers' torch.topk over the router's logits cannot pick more."""
+    n = spec.routed_choices
+    if not spec.experts or spec.top_k <= n:
+        return spec
+    why = f"no config: experts per token (top-k) capped at {n}, the experts the shapes show (the assumed {spec.top_k} is more)"
+    return replace(spec, top_k=n, assumptions=spec.assumptions + (why,))
 
 
 def with_head(spec: ArchSpec, head: str) -> ArchSpec:
