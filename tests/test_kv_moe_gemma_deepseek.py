@@ -1,5 +1,6 @@
 """KV-cache lines of the Gemma and DeepSeek families beyond tests/test_families.py's check of every decoder's
-first line against the cache a forward leaves: Gemma's sliding layers, DeepSeek's two lines. DeepSeek's first
+first line against the cache a forward leaves: Gemma's sliding layers, Gemma 4's and 3n's window line (StaticCache and
+the cache after a decode step), DeepSeek's two lines. DeepSeek's first
 line is the MLA latent transformers 5 caches (the width of the model's own kv_a_proj_with_mqa output: the
 normalised latent plus the shared rope key); its second, transformers 4's per-head K and V."""
 from __future__ import annotations
@@ -71,6 +72,47 @@ def test_gemma_causal_halving_counts_the_keys_the_mask_lets_through():
     ops = build(spec, BATCH, seq, causal_halving=True)
     scores = sum(op.macs * op.calls for op in ops if op.module.endswith("scores (QK^T)"))
     assert scores == unmasked * spec.head_dim
+
+
+def _held(cache) -> int:
+    """The bytes of a cache's K/V storages (a DummyLayer, a KV-shared layer's, holds none)."""
+    from conftest import held_bytes
+
+    return held_bytes([t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                       if isinstance(t, torch.Tensor)])
+
+
+@pytest.mark.parametrize("name,index", [("gemma4", 0), ("gemma4", 1), ("gemma4", 3), ("gemma3n", 0), ("gemma3n", 1)])
+def test_gemma4_and_3n_window_line_is_the_static_and_decoding_cache(name, index, tmp_path):
+    """`ckptstat memory`'s KV lines of Gemma 4 (text, unified) and Gemma 3n text, saved by save_pretrained (per-layer
+    head sizes, KV-shared layers, windows of 4): the first is the DynamicCache a forward of s tokens leaves, the last,
+    where sliding layers hold less, both transformers' StaticCache(max_cache_len = s) after that forward and the
+    DynamicCache after one more decoded token (the line at s + 1)."""
+    from ckptstat.analysis import memory
+    from ckptstat.census.model import load
+
+    sample = get(name).samples[index]
+    cls = next(m for m in sample.models if m.endswith("ForCausalLM"))
+    model, _ = _model(sample, cls)
+    model.save_pretrained(tmp_path)
+    m = load(str(tmp_path))
+
+    def kv(seq):
+        return [x["bytes"] for x in memory.report(m, BATCH, seq)["lines"] if x["group"] == "kv cache"]
+
+    for seq in (3, 4, 9):   # below, at and past the window
+        ids = torch.arange(BATCH * seq).reshape(BATCH, seq) % 50
+        with torch.no_grad():
+            dynamic = model(input_ids=ids, use_cache=True).past_key_values
+            prefill = _held(dynamic)
+            static = model(input_ids=ids, use_cache=True,
+                           past_key_values=T.StaticCache(config=model.config, max_cache_len=seq)).past_key_values
+            decoded = model(input_ids=ids[:, -1:], past_key_values=dynamic, use_cache=True).past_key_values
+        lines = kv(seq)
+        assert lines[0] == prefill and lines[-1] == _held(static), (seq, lines)
+        assert (len(lines) == 2) == (prefill != _held(static)), (seq, lines)
+        assert kv(seq + 1)[-1] == _held(decoded), seq
+    assert len(kv(9)) == 2   # past the window the line is there
 
 
 @pytest.mark.parametrize("model_type,bad", [("qwen2_moe", {"mlp_only_layers": "1"}), ("gemma2", {"layer_types": ["x"]}),

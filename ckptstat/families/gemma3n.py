@@ -12,7 +12,8 @@ Gemma 4's text layers as families/gemma4.py walks them (sandwich norms, q/k and 
 * activation sparsity (activation_sparsity_pattern): a Gaussian top-k cut of the MLP's gate, element-wise only.
 
 The cache: DynamicCache(config), nothing for the KV-shared layers, s tokens on the others (sliding ones too: a view of
-the last sliding_window - 1 keeps the whole forward's storage, base.SLIDING_HELD)."""
+the last sliding_window - 1 keeps the whole forward's storage, base.SLIDING_HELD); gemma4.kv_cache's second line the
+window's, what StaticCache and the cache after a decode step hold."""
 from __future__ import annotations
 
 from typing import Any

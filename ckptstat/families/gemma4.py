@@ -325,14 +325,26 @@ _EVERY = modules(per_layer=2, per_layer_vocab=8, moe=True)
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """DynamicCache(config): K and V of each layer that computes its own (the KV-shared ones a "dummy" layer that
-    stores none), 2 x its kv heads x its head_dim x bytes per token, s tokens on every one (SLIDING_HELD)."""
+    stores none), 2 x its kv heads x its head_dim x bytes per token, s tokens on every one (SLIDING_HELD). A second
+    line, where it differs, as base.decoder_kv_cache's: from the first decode step on, and in StaticCache (its
+    StaticSlidingWindowLayers; DummyLayers for the KV-shared ones), a sliding layer holds min(s, sliding_window)."""
     v = s.variant_as(Gemma4Variant)
-    marked = set(s.sliding_layers)
-    total = sum(2 * v.kv_heads[i] * v.head_dims[i] * ab * n for i in range(s.layers) if i not in v.shared)
-    own = s.layers - len(v.shared)
-    return [(f"b={b}, s={n}", b * total,
-             f"2 x g x d x {ab} B per token of each of the {own} layers with their own K/V (each its head_dim and kv "
-             f"heads), s = {n} tokens each ({len(marked - set(v.shared))} sliding: {SLIDING_HELD})")]
+    own = [i for i in range(s.layers) if i not in v.shared]
+    marked = [i for i in own if i in set(s.sliding_layers)]
+    per = {i: 2 * v.kv_heads[i] * v.head_dims[i] * ab for i in own}
+    total = b * n * sum(per.values())
+    lines: KVLines = [(f"b={b}, s={n}", total,
+                       f"2 x g x d x {ab} B per token of each of the {len(own)} layers with their own K/V (each its "
+                       f"head_dim and kv heads), s = {n} tokens each ({len(marked)} sliding: {SLIDING_HELD})")]
+    w = s.sliding_window
+    static = b * sum(p * (min(n, w) if w and i in marked else n) for i, p in per.items())
+    if w and static != total:
+        lines.append((f"decoding or static cache, window {w}", static,
+                      f"from the first decode step on, or transformers' StaticCache (max_cache_len = s) or a "
+                      f"rolling-window kernel: {len(marked)} sliding layers x sliding_window = {w} tokens, "
+                      f"{len(own) - len(marked)} full layers x s (each its head_dim and kv heads; the KV-shared "
+                      f"layers none)"))
+    return lines
 
 
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
