@@ -228,7 +228,7 @@ def test_a_chunked_listing_is_read_as_a_page_with_a_length(capsys):
 @pytest.mark.parametrize("case", ["long", "long-chunked", "gzip"])
 def test_a_listing_page_past_4_mib_or_compressed_is_refused(capsys, case):
     """A listing page was read whole, of any length, and inflated: a 300 MB page of links took 3.1 GB and 75 s, a
-    1 MB gzip body inflating to 1 GB 2.1 GB. Now at most 4 MiB (sources/http.py PAGE_BYTES) and identity only."""
+    1 MB gzip body inflating to 1 GB 2.1 GB. Now at most 4 MiB (sources/pages.py PAGE_BYTES) and identity only."""
     if case == "gzip":
         route = page_route(gzip.compress(b"<a href='x'>" + bytes(64 << 20)), headers={"Content-Encoding": "gzip"})
     else:

@@ -69,7 +69,7 @@ def use(monkeypatch, client: str) -> None:
 
 def value_requests(s: Server) -> list[tuple[str, str, str | None]]:
     """(path, Range, User-Agent) of the requests for 1 MiB or more, folders' listing pages aside (one is read whole, up
-    to 4 MiB: sources/http.py PAGE_BYTES)."""
+    to 4 MiB: sources/pages.py PAGE_BYTES)."""
     out = []
     for (_, path, r), agent in zip(s.log, s.agents):
         if r.startswith("bytes=") and not path.endswith("/"):

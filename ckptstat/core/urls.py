@@ -7,6 +7,7 @@ and `open_regular`, `file_size`, `read_bytes` and the folder helpers ask `backen
 """
 from __future__ import annotations
 
+import base64
 import contextvars
 import os
 import posixpath
@@ -15,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Protocol, TypeVar
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import UsageError
 
@@ -80,6 +81,19 @@ def redact(url: str) -> str:
     host, slash, path = rest.partition("/")
     host = host.rpartition("@")[2]
     return f"{head}://{host}{slash}{path.split('?', 1)[0]}" + ("?..." if "?" in path else "")
+
+
+def credentials(url: str, headers: dict[str, str]) -> str:
+    """`url` without its `user:password@`, which becomes the request's Basic Authorization (as aiohttp and curl send
+    it: sources/threaded.py's client sent none) unless the caller set one; sources/http.py
+    hop_headers drops it off the origin."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url
+    if not any(k.lower() == "authorization" for k in headers):
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://[^\s'\"<>]*")

@@ -30,7 +30,7 @@ size, unless --allow-full-download. So the GET is made here (or by sources/threa
   under --allow-full-download before this check existed).
 
 A folder's listing page (`ls`) is one such GET, read whole up to PAGE_BYTES (a 200 without Content-Length, as a
-server making the page sends it, included), its links read as fsspec's HTTPFileSystem read them (`page_links`).
+server making the page sends it, included), its links read as fsspec's HTTPFileSystem read them (sources/pages.py `page_links`).
 
 Two clients apply these rules. Every range GET is made by the calling thread with the standard library's http.client
 (sources/threaded.py): a value read (`get` with `into`, sources/remote.py `Blob.read_into`) receives the body straight
@@ -47,9 +47,7 @@ by both clients); sources/redirects.py `check` decides every hop of a redirect f
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
-import html
 import math
 import re
 import socket
@@ -61,22 +59,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin
 
 from ..core.switches import switches
-from ..core.urls import redact
+from ..core.urls import credentials, redact
 from ..errors import CheckpointError, FileNotFound
 from ..version import __version__
 from . import redirects
 from .meter import METER, SETTINGS
+from .pages import PAGE_BYTES, page_links, page_too_long
 
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _PIECE = 1 << 20
-PAGE_BYTES = 1 << 22   # a listing page is read whole, up to this (real ones: a few KB to a few hundred)
-# A listing page's links, as fsspec's HTTPFileSystem reads them (implementations/http.py `ex`, `ex2`)
-_HREF = re.compile(r"""<(a|A)\s+(?:[^>]*?\s+)?(href|HREF)=["'](?P<url>[^"']+)""")
-_PLAIN_URL = re.compile(r"""(?P<url>http[s]?://[-a-zA-Z0-9@:%_+.~#?&/=]+)""")
 
 
 @dataclass
@@ -97,41 +92,6 @@ def status_error(url: str, status: int, reason: str, hint: str = "") -> Checkpoi
     if status in (401, 403):
         return CheckpointError(shown, f"access denied (HTTP {status} {reason}){hint}")
     return CheckpointError(shown, f"HTTP {status} {reason}".rstrip())
-
-
-def page_links(url: str, page: bytes, ctype: str) -> list[str]:
-    """A listing page's links, sorted, as fsspec's HTTPFileSystem.ls read them (`_ls_real`): in a page labelled
-    text/html or not labelled, every `<a href>` (its entities decoded, as a browser reads it) and every plain http(s)
-    URL in the text, a path from the host's root made absolute, a relative one joined to the folder; an absolute one
-    kept when it is under the folder (http and https alike); `..` passed over. sources/listing.py then keeps the
-    plain names under the folder (core/urls.py `under`)."""
-    if ctype not in ("text/html", ""):
-        return []
-    text = page.decode("utf-8", "ignore")
-    parts = urlsplit(url)
-    folder = url.rstrip("/") + "/"
-    out = set()
-    for link in _PLAIN_URL.findall(text) + [html.unescape(m[2]) for m in _HREF.findall(text)]:
-        if link.startswith("/") and len(link) > 1:
-            link = f"{parts.scheme}://{parts.netloc}{link}"
-        if link.startswith("http"):
-            if link.replace("https", "http").startswith(folder.replace("https", "http")):
-                out.add(link)
-        elif link not in ("..", "../"):
-            out.add(folder + link.lstrip("/"))
-    return sorted(out)
-
-
-def _credentials(url: str, headers: dict[str, str]) -> str:
-    """`url` without its `user:password@`, which becomes the request's Basic Authorization (as aiohttp and curl send
-    it: the threaded client sent none) unless the caller set one; hop_headers drops it off the origin."""
-    parts = urlsplit(url)
-    if parts.username is None:
-        return url
-    if not any(k.lower() == "authorization" for k in headers):
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def version(headers: Any) -> str | None:
@@ -252,10 +212,6 @@ def overlong(url: str, expected: int) -> CheckpointError:
 def short(n: int, expected: int) -> str:
     """A body that ended before the bytes it announced: a dropped connection (retried)."""
     return f"the reply ended after {n:,} of {expected:,} bytes"
-
-
-def page_too_long(url: str) -> CheckpointError:
-    return CheckpointError(redact(url), f"the folder's listing page is longer than {PAGE_BYTES:,} bytes")
 
 
 def spooled(url: str, n: int, expected: int) -> None:
@@ -455,7 +411,7 @@ class HttpTransport:
         from ..core.files import external_allowed
 
         headers = dict(headers or {})
-        url = _credentials(url, headers)
+        url = credentials(url, headers)
         ask = _Ask(url, start, end, headers, hint, hosts, external_allowed(), into, page)
         ask.headers.update({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
         if SETTINGS.threaded and self._threaded is not None:

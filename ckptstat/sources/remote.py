@@ -29,8 +29,9 @@ from typing import IO, Any, NamedTuple
 from ..core.io import SeekableReader
 from ..core.urls import basename, redact, scheme
 from ..errors import CheckpointError, FileNotFound, MissingDependencyError, missing_extra
-from .http import PAGE_BYTES, HttpTransport, Reply
+from .http import HttpTransport, Reply
 from .meter import METER, SETTINGS
+from .pages import PAGE_BYTES
 from .target import Target
 
 FIRST_WINDOW = 1 << 16     # covers the 8-byte length and most safetensors headers of a shard

@@ -62,11 +62,11 @@ from .http import (
     hop_headers,
     keep_up_by,
     overlong,
-    page_too_long,
     spooled,
     user_agent,
 )
 from .meter import METER, SETTINGS
+from .pages import page_too_long
 
 _BUFFER = 1 << 16   # a response's read buffer: the status line and headers; a body's pieces larger than it bypass it
 _DRAIN = 1 << 16    # a reply not read (a redirect, a 429) with at most this Content-Length is read to its end, kept
