@@ -233,6 +233,9 @@ def test_gguf_pair_aligned(tmp_path) -> None:
     changed = "model.layers.1.mlp.down_proj.weight"
     for k, v in sd.items():
         x = v.numpy() + (np.float32(0.5) if k == changed else np.float32(0))
+        if k.endswith(("q_proj.weight", "k_proj.weight")):   # LlamaModel.permute, as llama.cpp's loader reads q/k
+            heads = 2 if k.endswith("q_proj.weight") else 1
+            x = x.reshape(heads, 2, x.shape[0] // heads // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
         w.add_tensor(names.get_name(k, try_suffixes=(".weight", ".bias")), x)
     w.write_header_to_file()
     w.write_kv_data_to_file()

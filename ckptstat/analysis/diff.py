@@ -364,16 +364,20 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             if progress is not None:
                 progress(key)
             m = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed, conv)  # type: ignore[arg-type]
-            if conv is not None and not reshaped and not _same(m, ta.dtype == tb.dtype, strict):
-                plain = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed)  # type: ignore[arg-type]
-                if _same(plain, ta.dtype == tb.dtype, strict):   # not written by that converter: equal as it is
-                    m, conv = plain, None
+            untransformed = conv is not None and not _same(m, ta.dtype == tb.dtype, strict) and _same(
+                _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed), ta.dtype == tb.dtype, strict)  # type: ignore[arg-type]
+            if untransformed and conv is not None:
+                # the HF layout stored as it is: llama.cpp's loader for this architecture reads only the transformed
+                # one (its rope, norm, fused QKV split, matmul), so the file is broken whoever wrote it
+                row["untransformed"] = f"stored without {conv[1].label}: llama.cpp would read it wrong"
             # compared after the converter's transform of the HF side, or a layout mlx_lm's changed read back
             transform = conv[1].label if conv is not None else ta.extra.get("transform") or tb.extra.get("transform")
             if transform:
                 row["transform"] = transform
             rounded = m.pop("rounded")
-            if converts(ta, tb):
+            if untransformed:
+                row["status"] = "values"
+            elif converts(ta, tb):
                 row["status"] = "converted" if rounded is not None and not strict else "dtype"
                 if rounded is not None:
                     row.update(rounded)

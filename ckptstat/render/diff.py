@@ -29,6 +29,8 @@ def _what(row: dict) -> str:
         rounded = (f", within {row['rounded_to']} rounding ({row['bound_used']:.0%} of its bound)"
                    if row.get("rounded_to") else "")
         return f"{row['a_dtype']} -> {row['b_dtype']}{rounded}" + (f"; {after}" if after else "")
+    if row.get("untransformed"):   # the HF layout stored where llama.cpp reads only its converter's
+        return row["untransformed"]
     if row["status"] in ("equal", "values"):   # a NaN or an infinity facing another value: left out of max |a-b|
         bad = row.get("nonfinite_mismatch")
         return "; ".join(x for x in (f"{bad:,} NaN/Inf facing another value" if bad else "", after) if x)
@@ -62,6 +64,9 @@ def conversion_notes(r: dict) -> list[str]:
         if t.get("transform") and t["status"] in ("equal", "converted"):
             after[t["transform"]] = after.get(t["transform"], 0) + 1
     out = [f"{n} tensor(s) the same after {what}" for what, n in after.items()]
+    if bad := sum(bool(t.get("untransformed")) for t in r["tensors"]):
+        out.append(f"{bad} tensor(s) stored in the HF layout, without llama.cpp's converter transform: llama.cpp "
+                   "would read them wrong (a difference)")
     conv = [t for t in r["tensors"] if t["status"] == "converted"]
     for target in sorted({t["rounded_to"] for t in conv}):
         rows = [t for t in conv if t["rounded_to"] == target]
