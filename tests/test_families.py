@@ -491,11 +491,12 @@ def _generic_spec(cls, cfg, model_type="my_decoder"):
 GENERIC_CASES = [
     pytest.param(s, name, "my_decoder", id=f"renamed-{s.config}-{name}") for s in generic.FAMILY.samples for name in s.models
 ] + [
-    # real llama-shaped families ckptstat has no module for (Granite's multipliers are element-wise)
+    # a real llama-shaped model under a model_type no family claims (Granite's multipliers are element-wise; `granite`
+    # itself is the llama family's now, as llama.cpp's GraniteModel is a LlamaModel)
     pytest.param(Sample("GraniteConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                               intermediate_size=37, vocab_size=99, embedding_multiplier=2.0,
                                               residual_multiplier=0.5, logits_scaling=4.0),
-                        ("GraniteForCausalLM",)), "GraniteForCausalLM", "granite", id="granite"),
+                        ("GraniteForCausalLM",)), "GraniteForCausalLM", "my_granite", id="granite"),
 ]
 
 

@@ -1,0 +1,69 @@
+"""Families on real conversions by llama.cpp's convert_hf_to_gguf.py (fixtures/make_conversions_vocabless.py: the
+0.3.36 converter, its set_vocab stubbed), against transformers 5's models: dense Granite (`granite`, GraniteModel, a
+LlamaModel)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from test_diff_gguf_layout import rewrite
+
+from ckptstat import open_checkpoint
+from ckptstat.analysis.summary import summarize
+
+HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "conversions", "vocabless")
+GRANITE, GRANITE_GGUF = os.path.join(HERE, "granite"), os.path.join(HERE, "granite.f32.gguf")
+
+
+def test_granite_conversion_is_the_same_model(cli) -> None:
+    rc, out, err = cli("diff", GRANITE, GRANITE_GGUF, "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] != "equal"]
+    assert "(llama family)" in r["builtin_map"]
+    hf = load_file(os.path.join(GRANITE, "model.safetensors"))
+    rows = {t["a_name"]: t for t in r["tensors"]}
+    assert set(rows) == set(hf) and all(t["status"] == "equal" for t in rows.values())
+    # GraniteModel is a LlamaModel: q and k permuted per head (GQA: k by its 2 heads), nothing else
+    transformed = {n for n, t in rows.items() if t.get("transform")}
+    assert transformed == {f"model.layers.{i}.self_attn.{p}_proj.weight" for i in range(2) for p in "qk"}
+    assert "rotary row permutation (k, 2 heads)" in rows["model.layers.0.self_attn.k_proj.weight"]["transform"]
+
+
+def test_granite_summary_counts_transformers_parameters() -> None:
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(GRANITE)
+    with torch.device("meta"):
+        model = transformers.GraniteForCausalLM(config)
+    r = summarize(open_checkpoint(GRANITE_GGUF))
+    assert r["resolved"]["family"] == "llama" and r["resolved"]["model"] == "GraniteForCausalLM"
+    assert r["architecture"]["family"] == "llama"
+    assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())   # tied: the embedding once
+    assert r["analytic"]["agree"] is True and r["analytic"]["predicted_params"] == r["parameters"]["unique"]
+    # Granite's multipliers are keys, not tensors: read into the config the metadata stands for
+    from ckptstat.families import get
+
+    ckpt = open_checkpoint(GRANITE_GGUF)
+    cfg = get("llama").gguf_config("granite", ckpt.metadata, ckpt.tensors)
+    for key in ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"):
+        assert np.float32(cfg[key]) == np.float32(getattr(config, key)), key   # written as f32
+
+
+def test_granite_q_stored_unpermuted_is_a_difference(tmp_path, cli) -> None:
+    hf = load_file(os.path.join(GRANITE, "model.safetensors"))["model.layers.1.self_attn.q_proj.weight"]
+    dst = str(tmp_path / "granite.gguf")
+    rewrite(GRANITE_GGUF, dst, {"blk.1.attn_q.weight": hf})
+    rc, out, _ = cli("diff", GRANITE, dst, "--json")
+    bad = [t for t in json.loads(out)["tensors"] if t["status"] != "equal"]
+    assert rc == 1 and [t["b_name"] for t in bad] == ["blk.1.attn_q.weight"]
+    assert "rotary row permutation (q, 4 heads)" in bad[0]["untransformed"]
+
+
+@pytest.mark.parametrize("command", ["flops", "memory"])
+def test_granite_metadata_stands_in_for_config(command, cli) -> None:
+    rc, out, err = cli(command, GRANITE_GGUF, "--seq", "16", "--json")
+    assert rc == 0 and json.loads(out)["parameters"]["agree"] is True, err
