@@ -17,9 +17,9 @@ HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "conversions")
 VOCABLESS = os.path.join(HERE, "vocabless")
 
 
-def rewrite(src: str, dst: str, replace: dict[str, np.ndarray]) -> None:
+def rewrite(src: str, dst: str, replace: dict[str, np.ndarray], drop: tuple[str, ...] = ()) -> None:
     """`src` copied to `dst` by gguf-py, keys and tensors in order, the tensors named in `replace` given those values
-    (float32; the tensor's own type is kept for the others)."""
+    (float32; the tensor's own type is kept for the others), those in `drop` left out."""
     import gguf
 
     reader = gguf.GGUFReader(src)
@@ -32,6 +32,8 @@ def rewrite(src: str, dst: str, replace: dict[str, np.ndarray]) -> None:
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), vtype, sub)
     for t in reader.tensors:
+        if t.name in drop:
+            continue
         if t.name in replace:
             writer.add_tensor(t.name, np.ascontiguousarray(replace[t.name], dtype=np.float32))
         else:

@@ -1,6 +1,6 @@
 """Families on real conversions by llama.cpp's convert_hf_to_gguf.py (fixtures/make_conversions_vocabless.py: the
 0.3.36 converter, its set_vocab stubbed), against transformers 5's models: dense Granite (`granite`, GraniteModel, a
-LlamaModel)."""
+LlamaModel), and BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose)."""
 from __future__ import annotations
 
 import json
@@ -67,3 +67,58 @@ def test_granite_q_stored_unpermuted_is_a_difference(tmp_path, cli) -> None:
 def test_granite_metadata_stands_in_for_config(command, cli) -> None:
     rc, out, err = cli(command, GRANITE_GGUF, "--seq", "16", "--json")
     assert rc == 0 and json.loads(out)["parameters"]["agree"] is True, err
+
+
+def _dropped_by_the_converter(model: str) -> set[str]:
+    """The HF tensors the converter left out of its file: those whose gguf-py TensorNameMap name (after the prefix the
+    converter strips) the GGUF file does not hold."""
+    import gguf
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, 2)
+    held = {t.name for t in gguf.GGUFReader(os.path.join(HERE, f"{model}.f32.gguf")).tensors}
+    hf = load_file(os.path.join(HERE, model, "model.safetensors"))
+    return {n for n in hf if names.get_name(n.removeprefix("bert."), try_suffixes=(".weight", ".bias")) not in held}
+
+
+@pytest.mark.parametrize("model,dropped", [
+    ("bert", {"pooler.dense.weight", "pooler.dense.bias"}),
+    ("bert-mlm", {"cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+                  "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias"}),
+])
+def test_bert_conversion_drops_by_design(model, dropped, cli) -> None:
+    """A faithful conversion exits 0; the tensors BertModel.filter_tensors drops are listed as dropped, nothing else."""
+    assert _dropped_by_the_converter(model) == dropped
+    rc, out, err = cli("diff", os.path.join(HERE, model), os.path.join(HERE, f"{model}.f32.gguf"), "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["same"] is True and err == ""
+    assert {t["a_name"] for t in r["tensors"] if t["status"] == "dropped"} == dropped
+    assert all(t["status"] in ("equal", "dropped", "tied") for t in r["tensors"])
+    assert r["counts"]["dropped"] == len(dropped)
+    hf = load_file(os.path.join(HERE, model, "model.safetensors"))
+    assert r["a_params"] - r["b_params"] == sum(hf[n].size for n in dropped)
+    assert r["rows"] and all(row.get("dropped") == -row["delta"] for row in r["rows"] if row["delta"])   # (a tie: 0)
+    rc, out, _ = cli("diff", os.path.join(HERE, model), os.path.join(HERE, f"{model}.f32.gguf"))
+    assert rc == 0 and f"{len(dropped)} tensor(s) dropped by llama.cpp's converter" in out and "no differences" in out
+
+
+def test_only_what_the_converter_drops(tmp_path, cli) -> None:
+    """Another tensor missing from the GGUF file, or an HF tensor the converter does not drop by name, is a difference."""
+    dst = str(tmp_path / "bert.gguf")
+    rewrite(os.path.join(HERE, "bert.f32.gguf"), dst, {}, drop=("blk.1.ffn_up.weight",))
+    rc, out, _ = cli("diff", os.path.join(HERE, "bert"), dst, "--json")
+    r = json.loads(out)
+    bad = [(t["a_name"], t["status"]) for t in r["tensors"] if t["status"] not in ("equal", "dropped")]
+    assert rc == 1 and bad == [("encoder.layer.1.intermediate.dense.weight", "removed")]
+    from safetensors.numpy import save_file
+
+    work = tmp_path / "hf"
+    work.mkdir()
+    tensors = load_file(os.path.join(HERE, "bert", "model.safetensors"))
+    tensors["pooler.dense.weight_scale"] = np.ones(1, dtype=np.float32)   # not a name the converter drops
+    save_file(tensors, str(work / "model.safetensors"))
+    with open(os.path.join(HERE, "bert", "config.json")) as f:
+        (work / "config.json").write_text(f.read())
+    rc, out, _ = cli("diff", str(work), os.path.join(HERE, "bert.f32.gguf"), "--json")
+    r = json.loads(out)
+    assert rc == 1 and [(t["a_name"], t["status"]) for t in r["tensors"] if t["status"] not in ("equal", "dropped")] == [
+        ("pooler.dense.weight_scale", "removed")]

@@ -270,6 +270,21 @@ def gguf_transforms(gguf: Checkpoint) -> list[tuple[re.Pattern[str], str]]:
     return [(re.compile(rx), kind) for a, rx, kind in family.gguf_transforms if a == arch]
 
 
+def gguf_dropped(gguf: Checkpoint) -> list[re.Pattern[str]]:
+    """Regexes on an HF tensor's name: those llama.cpp's converter leaves out of this GGUF file's architecture on
+    purpose, from its family (Family.gguf_dropped)."""
+    from ..census import architecture
+    from ..errors import CkptstatError
+    from ..families import get
+
+    try:
+        family = get(architecture(gguf)["family"])
+    except CkptstatError:
+        return []
+    arch = gguf.declared_architecture or ""
+    return [re.compile(rx) for a, rx in family.gguf_dropped if a == arch]
+
+
 # ------------------------------------------------------------------------------------------ rounding
 MAX_EXPERTS = 1 << 16   # a stack with more slices than this stays whole (hostile headers: no loop on a claim)
 # half an ulp of a float dtype: relative, and its floor (half the smallest subnormal)

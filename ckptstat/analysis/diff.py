@@ -30,6 +30,7 @@ from .conversion import (
     column_blocks,
     conversion_row,
     converts,
+    gguf_dropped,
     gguf_transforms,
     rounding,
     transform_for,
@@ -43,9 +44,10 @@ DIFF_SCHEMA = "ckptstat.diff/4"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
                   "not dtypes nor values")
 COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
-STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal", "tied")
-# statuses that are no difference ("unread": --names-only; "converted": another dtype, the values rounded to it)
-UNCHANGED = ("equal", "converted", "tied", "unread")
+STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal", "tied", "dropped")
+# statuses that are no difference ("unread": --names-only; "converted": another dtype, the values rounded to it;
+# "dropped": an HF tensor llama.cpp's converter leaves out of that architecture's GGUF file on purpose)
+UNCHANGED = ("equal", "converted", "tied", "unread", "dropped")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 # a multimodal wrapper's text model as transformers 4 and mlx_lm nest it, keyed as transformers 5 does
 # (model.language_model.*, lm_head at the top): the Qwen3-VL releases against mlx_lm's conversion, a transformers 4
@@ -323,6 +325,7 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
     alias_a, alias_b = aliases(a), aliases(b)
     gguf = a if a.format == "gguf" else b if b.format == "gguf" else None
     transforms = gguf_transforms(gguf) if gguf is not None and a.format != b.format else []
+    dropped = gguf_dropped(gguf) if gguf is not None and a.format != b.format else []
     rows = []
     for key in sorted(set(ka) | set(kb), key=natural_key):
         na, nb = ka.get(key), kb.get(key)
@@ -352,6 +355,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             row["status"] = "tied" if target is not None else "added" if ta is None else "removed"
             if target is not None:
                 row["tied_to"] = target
+            elif (a if ta is None else b) is gguf and any(rx.search(na or nb or "") for rx in dropped):
+                row["status"] = "dropped"   # the HF tensor the converter leaves out by design (Family.gguf_dropped)
         elif ta.shape != tb.shape and not transposed and not reshaped and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
         elif (names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind)   # strings: no values
@@ -390,6 +395,19 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             row.update(m)
         rows.append(row)
     return rows, {"a": pa, "b": pb}
+
+
+def _dropped_params(a: Checkpoint, b: Checkpoint, tensors: list[dict]) -> dict[str, dict[str, int]]:
+    """Per side, module -> the parameters of its tensors llama.cpp's converter dropped by design (status "dropped")."""
+    gone: dict[str, dict[str, int]] = {"a": {}, "b": {}}
+    for t in tensors:
+        if t["status"] == "dropped":
+            side, ckpt, name = ("a", a, t["a_name"]) if t["a_name"] is not None else ("b", b, t["b_name"])
+            if placements(ckpt)[name].role == "parameter":
+                module = t["name"].rpartition(".")[0] or "(root)"
+                held = logical(ckpt).tensors.get(name) or ckpt.tensors[name]   # a quantised weight: its logical count
+                gone[side][module] = gone[side].get(module, 0) + held.numel
+    return gone
 
 
 def _same(m: dict, same_dtype: bool, strict: bool) -> bool:
@@ -524,6 +542,7 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress, renames,
                                 strict)
     ma, mb = _by_module(a, ra, renames[0]), _by_module(b, rb, renames[1])
+    gone = _dropped_params(a, b, tensors)
     rows = []
     for module in sorted(set(ma) | set(mb), key=natural_key):
         pa, pb = ma.get(module, {}).get("params"), mb.get(module, {}).get("params")
@@ -532,6 +551,9 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
         # either way, so no difference: T5's embed_tokens tied to `shared`, against llama.cpp's one token_embd)
         if pa != pb or tied and (module not in ma or module not in mb):
             rows.append({"module": module, "a": pa, "b": pb, "delta": (pb or 0) - (pa or 0), "tied": tied})
+            da, db = gone["a"].get(module, 0), gone["b"].get(module, 0)
+            if (da or db) and (pa or 0) - da == (pb or 0) - db:   # what the converter dropped by design, no more
+                rows[-1]["dropped"] = da + db
     ta = sum(r["params"] for r in ma.values())
     tb = sum(r["params"] for r in mb.values())
     counts = {s: sum(t["status"] == s for t in tensors) for s in (*STATUSES, "unread")}
@@ -547,6 +569,7 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
             "compared": compared, "names_only": names_only,
             "atol": atol, "rtol": rtol, "strict": strict, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
             "builtin_map": builtin[0] if builtin else None,
-            "same": not any((r["a"] or 0) != (r["b"] or 0) for r in rows) and ta == tb and not changed and not objects,
+            "same": (not any((r["a"] or 0) != (r["b"] or 0) and not r.get("dropped") for r in rows) and not changed
+                     and ta - sum(gone["a"].values()) == tb - sum(gone["b"].values()) and not objects),
             "counts": counts, "tensors": tensors, "summary": _summary(tensors), "rows": rows,
             "objects": objects, "objects_note": objects_note}

@@ -456,6 +456,11 @@ FAMILY = Family(
     flops_refused=flops_refused,
     kv_cache=kv_cache,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
+    # convert_hf_to_gguf.py's BertModel.filter_tensors (conversion/bert.py, after `roberta.` / `distilbert.` and `bert.`
+    # are stripped; RobertaModel, XLMRobertaModel, DistilBertModel, CamembertModel end in it): "we are only using BERT
+    # for embeddings so we don't need the pooling layer", and the MLM / NSP heads
+    gguf_dropped=tuple(("bert", rf"^(roberta\.|distilbert\.)?(bert\.)?{rx}") for rx in (
+        r"(embeddings\.position_ids|pooler\.dense\.weight|pooler\.dense\.bias)$", r"cls\.predictions", r"cls\.seq_relationship")),
     samples=(
         # *ForMultipleChoice (head "mc"): a one-label sequence classifier's names (classifier [1, hidden] on the pooler,
         # ELECTRA's summary a Linear like its classifier's dense): config.json's architectures alone tells the head

@@ -18,7 +18,8 @@ from .rows import print_rows
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
           "values": "values changed", "converted": "converted (rounded)", "equal": "equal",
-          "tied": "tied (one storage)", "unread": "not read (--names-only)"}
+          "tied": "tied (one storage)", "unread": "not read (--names-only)",
+          "dropped": "dropped by llama.cpp's converter"}
 
 
 def _what(row: dict) -> str:
@@ -36,8 +37,8 @@ def _what(row: dict) -> str:
         return "; ".join(x for x in (f"{bad:,} NaN/Inf facing another value" if bad else "", after) if x)
     if row["status"] == "tied":
         return f"= {row['tied_to']}"
-    if row["status"] in ("added", "removed"):
-        shape, dtype = (row["b_shape"], row["b_dtype"]) if row["status"] == "added" else (row["a_shape"], row["a_dtype"])
+    if row["status"] in ("added", "removed", "dropped"):
+        shape, dtype = (row["b_shape"], row["b_dtype"]) if row["a_name"] is None else (row["a_shape"], row["a_dtype"])
         return f"{dtype} {shape}"
     return ""
 
@@ -64,6 +65,9 @@ def conversion_notes(r: dict) -> list[str]:
         if t.get("transform") and t["status"] in ("equal", "converted"):
             after[t["transform"]] = after.get(t["transform"], 0) + 1
     out = [f"{n} tensor(s) the same after {what}" for what, n in after.items()]
+    if gone := [t["name"] for t in r["tensors"] if t["status"] == "dropped"]:
+        out.append(f"{len(gone)} tensor(s) dropped by llama.cpp's converter by design (no difference): "
+                   + ", ".join(gone[:6]) + (f", ... ({len(gone) - 6} more)" if len(gone) > 6 else ""))
     if bad := sum(bool(t.get("untransformed")) for t in r["tensors"]):
         out.append(f"{bad} tensor(s) stored in the HF layout, without llama.cpp's converter transform: llama.cpp "
                    "would read them wrong (a difference)")
@@ -104,7 +108,7 @@ def render_diff(r: dict, console: Console) -> None:
     if r.get("objects"):
         print_rows(console, table("Non-tensor values that differ", "value", "change", "A", "B"),
                    [(inert(name), None, (change, inert(va), inert(vb))) for name, change, va, vb in _object_rows(r)])
-    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread")]
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread", "dropped")]
     if changed:
         print_rows(console, table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine"),
                    [(inert(row["name"]), None, (_LABEL[row["status"]], inert(_what(row)), _num(row["max_abs"]),

@@ -383,6 +383,9 @@ class Family:
     # rotary row permutation of Q / K, per head), "plus_one" (w + 1), "qkv_groups" (a fused QKV's rows
     # regrouped into q, k, v blocks); analysis/conversion.py replays them
     gguf_transforms: tuple[tuple[str, str, str], ...] = ()
+    # what that converter leaves out on purpose (its filter_tensors): (GGUF architecture, regex on the HF tensor's name
+    # as stored); `ckptstat diff` lists such a tensor as "dropped", no difference (BERT's pooler and cls heads)
+    gguf_dropped: tuple[tuple[str, str], ...] = ()
 
     def seq2seq(self, s: ArchSpec) -> bool:
         """Whether `s` runs an encoder and a decoder (`--dec-seq` applies): an encoder-decoder family's spec
