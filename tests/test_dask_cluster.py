@@ -249,6 +249,29 @@ def test_scheduler_killed_mid_audit_keeps_no_verdict_and_resumes(zoo, local, tmp
     assert records(out) == local
 
 
+def test_every_worker_lost_mid_audit_is_one_line(zoo, local, tmp_path, request):
+    """Every `dask worker` killed mid-audit (the scheduler alive): the tasks waited for a worker for good, the command
+    silent. Now, after WORKER_SECONDS with none, one line; the records written are kept, no record for the rest."""
+    lone = Cluster(str(tmp_path / "cluster"), request, nworkers=(1,))
+    out = str(tmp_path / "w.jsonl")
+    p = subprocess.Popen([sys.executable, "-c", QUICK, "audit", zoo, "--out", out, "--no-progress", "--scheduler",
+                          lone.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + WAIT
+        while not (os.path.exists(out) and open(out).read().count("\n") >= 2) and p.poll() is None:
+            assert time.monotonic() < deadline, "no record came"
+            time.sleep(0.01)
+        os.killpg(lone.worker.pid, signal.SIGKILL)   # (the nanny and its worker process)
+        _, err = p.communicate(timeout=WAIT)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    kept = [json.loads(x) for x in open(out)]
+    assert len(kept) < len(local), "the audit ended before the kill: nothing was tested"
+    assert p.returncode == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "the Dask scheduler has had no worker for 2 s" in err and not any("died" in (r["error"] or "") for r in kept)
+
+
 def _audit_killing(address, zoo, out, victim):
     """`ckptstat audit ZOO --scheduler ADDRESS`, SIGKILLing pid `victim` (None: the client itself) once two
     records are written: (exit code, stderr, records written before the kill)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -63,8 +65,6 @@ def client_for(scheduler: Any) -> tuple[Any, bool]:
 def _identify(address: str) -> None:
     """The one line that says why `address` is no Dask scheduler to run on: unreachable, not answering as one within
     CONNECT_SECONDS, another Dask process (a worker's address), or no worker joining within WORKER_SECONDS."""
-    import time
-
     from distributed.core import rpc
     from distributed.security import Security
 
@@ -150,12 +150,13 @@ def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: in
     raised (a record never raises, so this is for the machinery: a worker lost mid-transfer)."""
     as_completed, KilledWorker = distributed().as_completed, distributed().KilledWorker
     client, owned = client_for(scheduler)
-    done = 0
+    done, watch = 0, None
     try:
         # One map, one graph sent to the scheduler (a submit per unit costs a round trip each).
         submitted = client.map(_task, [_absolute(u) for u in units], values=values, using=settings(),
                                key=[_key(u) for u in units], pure=False, retries=retries)
         futures = {f.key: u for f, u in zip(submitted, units)}
+        watch = _Watch(client, submitted)
         # The client is not the process's default (set_as_default=False: a library must not install one),
         # so as_completed is told its loop; without it, it looks for a default client and finds none.
         for fut in as_completed(submitted, loop=client.loop):
@@ -166,10 +167,11 @@ def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: in
             except KilledWorker as e:   # the workers running it died allowed-failures times: a verdict on the file
                 rec = lost_record(unit, _allowed_failures(), one_line(f"{type(e).__name__}: {e}"))
             except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - the scheduler lost (a task cancelled),
-                # the machinery failing (a worker without ckptstat): no verdict on the file, so no record (every later
-                # run keeps a record and resumes past it)
+                # the workers all gone (the watch cancelled what was left), the machinery failing (a worker without
+                # ckptstat): no verdict on the file, so no record (every later run keeps a record and resumes past it)
                 lost = isinstance(e, (asyncio.CancelledError, OSError, TimeoutError)) or client.status != "running"
-                why = "lost the Dask scheduler" if lost else f"the workers failed to run a task ({one_line(str(e))[:200]})"
+                why = watch.why or ("lost the Dask scheduler" if lost else
+                                    f"the workers failed to run a task ({one_line(str(e))[:200]})")
                 raise CheckpointError(str(scheduler), f"{why} ({type(e).__name__}) after {done} of {len(units)} "
                                                       "checkpoints; run again to audit the rest (the records written "
                                                       "are kept)") from None
@@ -177,9 +179,41 @@ def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: in
             done += 1
             fut.release()
     finally:
+        if watch is not None:
+            watch.stop()
         if owned:
             with quiet_dask():
                 client.close(timeout=CONNECT_SECONDS)
+
+
+class _Watch:
+    """A thread that cancels the run's futures once the scheduler has had no worker for WORKER_SECONDS (every worker
+    killed, its machines gone): the tasks would wait for one for good, the command silent. `why` then says so."""
+
+    def __init__(self, client: Any, futures: list[Any]):
+        self.client, self.futures, self.why = client, futures, ""
+        self._stopped = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name="ckptstat-worker-watch").start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        since: float | None = None
+        while not self._stopped.wait(min(5.0, WORKER_SECONDS / 2)):
+            try:
+                with quiet_dask():
+                    info = self.client.scheduler_info(n_workers=1)
+            except Exception:  # noqa: BLE001 - the scheduler gone: the run's own futures say so
+                return
+            workers = info.get("n_workers", len(info.get("workers") or ()))
+            since = None if workers else since or time.monotonic()
+            if since is not None and time.monotonic() - since > WORKER_SECONDS:
+                self.why = (f"the Dask scheduler has had no worker for {WORKER_SECONDS} s (start `dask worker "
+                            f"{self.client.scheduler.address}`)")
+                with quiet_dask():
+                    self.client.cancel([f for f in self.futures if not f.done()])
+                return
 
 
 def _allowed_failures() -> int:
