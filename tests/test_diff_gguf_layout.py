@@ -84,7 +84,8 @@ def test_a_tensor_stored_without_the_converters_transform_is_a_difference(folder
     assert label in bad[0]["untransformed"] and bad[0]["untransformed"].startswith("stored without llama.cpp's")
     assert "llama.cpp would read it wrong" in bad[0]["untransformed"]
     rc, out, _ = cli("diff", os.path.join(folder, model), dst)
-    assert rc == 1 and "stored without llama.cpp's" in out and "1 tensor(s) stored in the HF layout" in out
+    # (the row's detail, checked in the JSON above, is folded or cut in a narrow terminal: the count line is not)
+    assert rc == 1 and "1 tensor(s) stored in the HF layout" in out
 
 
 def test_every_tensor_stored_untransformed(tmp_path, cli) -> None:
