@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import urllib.parse
+import urllib.request
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -476,6 +477,9 @@ def moto_s3(bucket: str, files: dict[str, str]) -> Iterator[object]:
     srv = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     srv.start()
     host, port = srv.get_host_and_port()
+    # moto's backends are one state per process, whichever server answers: a bucket an earlier server of this process
+    # filled (test_dask_cluster's zoo in `zoo`, when xdist runs both modules in one worker) is still there. Reset it.
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"), timeout=30)
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
     old = {k: os.environ.get(k) for k in env}
