@@ -254,35 +254,27 @@ def test_every_worker_lost_mid_audit_is_one_line(zoo, local, tmp_path, request):
     silent. Now, after WORKER_SECONDS with none, one line; the records written are kept, no record for the rest."""
     lone = Cluster(str(tmp_path / "cluster"), request, nworkers=(1,))
     out = str(tmp_path / "w.jsonl")
-    p = subprocess.Popen([sys.executable, "-c", QUICK, "audit", zoo, "--out", out, "--no-progress", "--scheduler",
-                          lone.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + WAIT
-        while not (os.path.exists(out) and open(out).read().count("\n") >= 2) and p.poll() is None:
-            assert time.monotonic() < deadline, "no record came"
-            time.sleep(0.01)
-        os.killpg(lone.worker.pid, signal.SIGKILL)   # (the nanny and its worker process)
-        _, err = p.communicate(timeout=WAIT)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    # (the worker's whole process group: its nanny and its worker process)
+    rc, err, written = _audit_killing(lone.address, zoo, out, lone.worker.pid, kill=os.killpg, quick=True)
     kept = [json.loads(x) for x in open(out)]
-    assert len(kept) < len(local), "the audit ended before the kill: nothing was tested"
-    assert p.returncode == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert written < len(local) and len(kept) < len(local), "the audit ended before the kill: nothing was tested"
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "the Dask scheduler has had no worker for 2 s" in err and not any("died" in (r["error"] or "") for r in kept)
 
 
-def _audit_killing(address, zoo, out, victim):
-    """`ckptstat audit ZOO --scheduler ADDRESS`, SIGKILLing pid `victim` (None: the client itself) once two
-    records are written: (exit code, stderr, records written before the kill)."""
-    p = ckptstat("audit", zoo, "--out", out, "--no-progress", "--scheduler", address)
+def _audit_killing(address, zoo, out, victim, kill=os.kill, quick=False):
+    """`ckptstat audit ZOO --scheduler ADDRESS`, SIGKILLing pid `victim` (None: the client itself) with `kill` once two
+    records are written: (exit code, stderr, records written before the kill). `quick`: run with QUICK's short waits."""
+    args = ("audit", zoo, "--out", out, "--no-progress", "--scheduler", address)
+    p = subprocess.Popen([sys.executable, "-c", QUICK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True) if quick else ckptstat(*args)
     try:
         deadline = time.monotonic() + WAIT
         while not (os.path.exists(out) and open(out).read().count("\n") >= 2) and p.poll() is None:
             assert time.monotonic() < deadline, "no record came"
             time.sleep(0.01)
         written = open(out).read().count("\n")
-        os.kill(victim or p.pid, signal.SIGKILL)
+        kill(victim or p.pid, signal.SIGKILL)
         _, err = p.communicate(timeout=600)
     finally:
         if p.poll() is None:

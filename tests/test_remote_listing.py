@@ -147,8 +147,9 @@ def page_route(body: bytes, chunked: bool = False, headers: dict[str, str] | Non
         if not chunked:
             h.send_header("Content-Length", str(len(body)))
             h.end_headers()
-            for i in range(0, len(body), 1 if trickle else len(body) or 1):
-                h.wfile.write(body[i:i + (1 if trickle else len(body))])
+            step = 1 if trickle else max(len(body), 1)
+            for i in range(0, len(body), step):
+                h.wfile.write(body[i:i + step])
                 h.wfile.flush()
                 time.sleep(trickle)
             return

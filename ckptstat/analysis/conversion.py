@@ -256,8 +256,10 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
     raise ValueError(f"unknown converter transform {kind!r}")
 
 
-def gguf_transforms(gguf: Checkpoint) -> list[tuple[re.Pattern[str], str]]:
-    """(regex on the aligned HF name, kind) for this GGUF file's architecture, from its family."""
+def gguf_converter(gguf: Checkpoint) -> tuple[list[tuple[re.Pattern[str], str]], list[re.Pattern[str]]]:
+    """What llama.cpp's converter did for this GGUF file's architecture, from its family: (regex on the aligned HF
+    name, kind) of each transform (Family.gguf_transforms), and the regexes of the HF tensors it leaves out on
+    purpose (Family.gguf_dropped); none where the file's family is unknown."""
     from ..census import architecture
     from ..errors import CkptstatError
     from ..families import get
@@ -265,24 +267,10 @@ def gguf_transforms(gguf: Checkpoint) -> list[tuple[re.Pattern[str], str]]:
     try:
         family = get(architecture(gguf)["family"])
     except CkptstatError:
-        return []
+        return [], []
     arch = gguf.declared_architecture or ""
-    return [(re.compile(rx), kind) for a, rx, kind in family.gguf_transforms if a == arch]
-
-
-def gguf_dropped(gguf: Checkpoint) -> list[re.Pattern[str]]:
-    """Regexes on an HF tensor's name: those llama.cpp's converter leaves out of this GGUF file's architecture on
-    purpose, from its family (Family.gguf_dropped)."""
-    from ..census import architecture
-    from ..errors import CkptstatError
-    from ..families import get
-
-    try:
-        family = get(architecture(gguf)["family"])
-    except CkptstatError:
-        return []
-    arch = gguf.declared_architecture or ""
-    return [re.compile(rx) for a, rx in family.gguf_dropped if a == arch]
+    return ([(re.compile(rx), kind) for a, rx, kind in family.gguf_transforms if a == arch],
+            [re.compile(rx) for a, rx in family.gguf_dropped if a == arch])
 
 
 # ------------------------------------------------------------------------------------------ rounding

@@ -30,8 +30,7 @@ from .conversion import (
     column_blocks,
     conversion_row,
     converts,
-    gguf_dropped,
-    gguf_transforms,
+    gguf_converter,
     rounding,
     transform_for,
     whole_blocks,
@@ -324,8 +323,7 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
     place_a, place_b = placements(a), placements(b)
     alias_a, alias_b = aliases(a), aliases(b)
     gguf = a if a.format == "gguf" else b if b.format == "gguf" else None
-    transforms = gguf_transforms(gguf) if gguf is not None and a.format != b.format else []
-    dropped = gguf_dropped(gguf) if gguf is not None and a.format != b.format else []
+    transforms, dropped = gguf_converter(gguf) if gguf is not None and a.format != b.format else ([], [])
     rows = []
     for key in sorted(set(ka) | set(kb), key=natural_key):
         na, nb = ka.get(key), kb.get(key)

@@ -488,11 +488,11 @@ class HttpTransport:
             return Reply(bytes(page), None, h.ctype, etag=h.etag)
         spool = tempfile.TemporaryFile()
         try:
-            spooled(url, await self._receive(r, url, t0, spool.write, h.expected), h.expected)
+            n = await self._receive(r, url, t0, spool.write, h.expected)
+            spooled(url, n, h.expected)
         except BaseException:
             spool.close()
             raise
-        n = spool.tell()
         spool.seek(0)
         return Reply(b"", n, h.ctype, spool, h.etag)
 

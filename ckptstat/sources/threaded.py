@@ -254,11 +254,11 @@ class ThreadedClient:
 
         spool = tempfile.TemporaryFile()
         try:
-            spooled(url, self._receive(r, url, t0, spool.write, expected), expected)
+            n = self._receive(r, url, t0, spool.write, expected)
+            spooled(url, n, expected)
         except BaseException:
             spool.close()
             raise
-        n = spool.tell()
         spool.seek(0)
         return Reply(b"", n, ctype, spool, etag)
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from ...census import aliases, name_matches, placements
 from ...core import Checkpoint, TensorInfo, dtypes, urls
+from ...core.pools import quiet_stop_signals
 from ...core.table import Table
 from ...core.tensor import STATS_CHUNK_BYTES
 from ...errors import CkptstatError, UsageError
@@ -415,6 +416,7 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
     seen = 0
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                initargs=(ckpt.path, ckpt.config_path, counter, workers))
+    quiet_stop_signals(pool)
     died = CkptstatError(f"{ckpt.path}: a stats worker process died (killed, or out of memory?); no statistics "
                          "were reported")
     try:
