@@ -20,8 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.files import followed, open_regular, walk
+from ...core.limits import limits
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
+from ...formats.registry import is_index
 from .archive import also_archive, foreign_members, judge_archive, worse
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
 from .names import EXTENSIONS, pickle_named
@@ -195,9 +197,7 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
             skipped.append({"path": rel, "why": found[1]})
         elif found is not None:
             files.append(_entry(rel, found[1]) if found[0] == "report" else _entry(rel, None, found[1]))
-    totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
-    return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
-            "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
+    return _tree_report(root, files, skipped)
 
 
 def scan_url(url: str) -> dict[str, Any]:
@@ -237,9 +237,7 @@ def scan_tree_url(root: str, progress: Callable[[str], None] | None = None) -> d
                 files.append(_entry(rel, r))
         except CkptstatError as err:
             files.append(_entry(rel, None, err.reason if isinstance(err, CheckpointError) else str(err)))
-    totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
-    return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
-            "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
+    return _tree_report(root, files, skipped)
 
 
 def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -250,12 +248,59 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
         from ... import sources  # noqa: F401
         from ...core.files import isdir
 
-        return scan_tree_url(path, progress) if isdir(path) else scan_url(path)
+        if isdir(path):
+            return scan_tree_url(path, progress)
+        return scan_index(path, progress) if is_index(path) else scan_url(path)
     if os.path.isdir(path):
         return scan_tree(path, progress)
     if not os.path.lexists(path):
         raise FileNotFound(path, "no such file or folder")
-    return scan_local(path)
+    return scan_index(path, progress) if is_index(path) and os.path.isfile(path) else scan_local(path)
+
+
+def scan_index(path: str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A sharded checkpoint's index (`pytorch_model.bin.index.json`...): the shards it names, each judged as a file of
+    its folder is (a local shard through a link only to inside the folder or its cache's blobs, as a folder's scan
+    follows it); a shard missing or not followed is skipped (scan cannot say it is clean). The report is a folder's,
+    its root the index."""
+    from ...formats.registry import index_shards, read_json
+
+    index = read_json(path, limits().index_bytes, "index")
+    folder = path.rsplit("/", 1)[0] if is_url(path) else os.path.dirname(path)
+    real_root = os.path.realpath(folder or ".") if not is_url(path) else ""
+    files: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for shard in index_shards(path, index):
+        if progress:
+            progress(shard)
+        where = f"{folder}/{shard}" if is_url(path) else os.path.join(folder, shard)
+        if is_url(path):   # as a folder URL's file (scan_tree_url)
+            try:
+                r = scan_url_if_pickle(where)
+            except CkptstatError as err:
+                files.append(_entry(shard, None, err.reason if isinstance(err, CheckpointError) else str(err)))
+                continue
+            if r is not None:
+                files.append(_entry(shard, r))
+        elif not os.path.lexists(where):
+            skipped.append({"path": shard, "why": "named in the index: no such file"})
+        elif os.path.islink(where) and not followed(where, real_root):
+            skipped.append({"path": shard, "why": "a link to outside the folder: not followed"})
+        elif not os.path.isfile(where):
+            skipped.append({"path": shard, "why": "not a regular file"})
+        else:
+            found = _judged(shard, where)
+            if found is not None and found[0] == "skipped":
+                skipped.append({"path": shard, "why": found[1]})
+            elif found is not None:
+                files.append(_entry(shard, found[1]) if found[0] == "report" else _entry(shard, None, found[1]))
+    return _tree_report(path, files, skipped)
+
+
+def _tree_report(root: str, files: list[dict[str, Any]], skipped: list[dict[str, str]]) -> dict[str, Any]:
+    totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
+    return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
+            "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
 
 
 def scan_local(path: str) -> dict[str, Any]:

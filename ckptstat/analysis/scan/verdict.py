@@ -1,20 +1,35 @@
 """One file's scan verdict from what each loader would do with its bytes, the same for a local file and a URL
 (analysis/scan/__init__.py `scan_local`, analysis/scan/remote.py `scan_url`): torch.load's report (or why it cannot
 read the file) and the report of numpy's or Keras' reading (analysis/scan/loaders.py `judge_other`); the worse wins,
-torch's on a tie unless torch.load raises in the file (then it is the other loader's). A Flax msgpack file
-torch.load cannot read holds no pickle to scan."""
+torch's on a tie unless torch.load raises in the file (then it is the other loader's). A Flax msgpack file, an
+ONNX model or a TensorFlow bundle's file that torch.load cannot read holds no pickle to scan."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from ...errors import CheckpointError, CorruptCheckpointError
 from ...formats.msgpack_walk import looks_like_flax
+from ...formats.onnx_model import accept as onnx_accept
+from ...formats.registry import Probe
 
 HEAD = 4096   # the bytes looked at for a Flax msgpack file
 FLAX_NO_PICKLE = ("no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads with msgpack, never "
                   "pickle, and torch.load cannot read (docs/flax.md)")
 RANK = {"unsafe": 0, "unknown": 1, "safe": 2}
+_TF_BUNDLE_NAME = re.compile(r".\.(index|data-\d{5}-of-\d{5})$")
+
+
+def no_pickle_reader(path: str, head: bytes) -> str | None:
+    """What reads a file torch.load cannot, when that reader reads no pickle: an ONNX model (by its first bytes, as
+    the ONNX reader accepts it), a TensorFlow checkpoint bundle's index or data shard (by name)."""
+    if onnx_accept(Probe(path, 1 << 62, head)):   # (its size unknown here: a field's length is not checked against it)
+        return "an ONNX model, which onnx.load and onnxruntime read as protobuf, never pickle (docs/onnx.md)"
+    if _TF_BUNDLE_NAME.search(path.split("?", 1)[0]):
+        return ("a TensorFlow checkpoint bundle's file, which TensorFlow reads as a table of tensors, never pickle "
+                "(docs/tensorflow.md)")
+    return None
 
 
 def extension_codes_only(r: dict[str, Any]) -> bool:
@@ -37,6 +52,9 @@ def combine(path: str, torch_report: dict[str, Any] | None, torch_error: Checkpo
         first = head(HEAD)
         if looks_like_flax(first, whole=len(first) < HEAD):
             raise CorruptCheckpointError(path, FLAX_NO_PICKLE)
+        reader = no_pickle_reader(path, first)
+        if reader is not None and torch_report is None:
+            raise CorruptCheckpointError(path, f"no pickle to scan: {reader}")
         if torch_report is None:
             assert torch_error is not None
             raise torch_error
