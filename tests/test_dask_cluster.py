@@ -282,6 +282,53 @@ def _audit_killing(address, zoo, out, victim, kill=os.kill, quick=False):
     return p.returncode, err, written
 
 
+@pytest.fixture(scope="module")
+def slow_file(tmp_path_factory):
+    """A 96 MiB float32 file, which `stats --chunk-bytes 4096` takes seconds of a worker's time to read."""
+    np = pytest.importorskip("numpy")
+    from safetensors.numpy import save_file
+
+    path = str(tmp_path_factory.mktemp("slow") / "big.safetensors")
+    rng = np.random.default_rng(0)
+    save_file({f"t{i}": rng.random(4 << 20, dtype=np.float32) for i in range(6)}, path)
+    return path
+
+
+def _stats_killing(cluster, path, victim, kill):
+    """`ckptstat stats PATH --scheduler` on `cluster` with QUICK's short waits, SIGKILLing pid `victim` with `kill` once
+    the cluster's worker process is busy reading: (exit code, stderr)."""
+    worker = psutil.Process(cluster.worker_pids()[0])
+    idle = sum(worker.cpu_times()[:2])
+    p = subprocess.Popen([sys.executable, "-c", QUICK, "stats", path, "--no-progress", "--chunk-bytes", "4096",
+                          "--scheduler", cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + WAIT
+        while sum(worker.cpu_times()[:2]) - idle < 0.5 and p.poll() is None:
+            assert time.monotonic() < deadline, "the worker never started reading"
+            time.sleep(0.05)
+        assert p.poll() is None, "stats ended before the kill: nothing was tested"
+        kill(victim, signal.SIGKILL)
+        _, err = p.communicate(timeout=WAIT)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p.returncode, err
+
+
+def test_stats_losing_every_worker_or_its_scheduler_is_one_line(slow_file, tmp_path, request):
+    """`stats --scheduler` whose workers are all killed mid-run waited for a worker for good, silent; one whose
+    scheduler is killed ended in 'internal error' and 35 lines of distributed's traceback. Each is one line now
+    (trend's steps run through the same loop: cluster.py `completed`)."""
+    lone = Cluster(str(tmp_path / "lone"), request, nworkers=(1,))
+    rc, err = _stats_killing(lone, slow_file, lone.worker.pid, os.killpg)   # (its nanny and its worker process)
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "the Dask scheduler has had no worker for 2 s" in err and "of 4 parts of the checkpoint" in err
+    other = Cluster(str(tmp_path / "other"), request, nworkers=(1,))
+    rc, err = _stats_killing(other, slow_file, other.scheduler.pid, os.kill)
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "lost the Dask scheduler" in err
+
+
 def test_worker_killed_mid_audit_loses_no_record(cluster, zoo, local, tmp_path):
     """SIGKILL one worker process once the first records are written: the scheduler reschedules what it
     held, its nanny starts another, and every record arrives once, equal to the local run's."""

@@ -148,42 +148,71 @@ def runner(scheduler: Any) -> Runner:
 def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: int = 0) -> Iterator[dict[str, Any]]:
     """Records of `units` as the cluster finishes them. `retries`: extra attempts for a task that
     raised (a record never raises, so this is for the machinery: a worker lost mid-transfer)."""
-    as_completed, KilledWorker = distributed().as_completed, distributed().KilledWorker
-    client, owned = client_for(scheduler)
-    done, watch = 0, None
-    try:
+    KilledWorker = distributed().KilledWorker
+    with connected(scheduler) as client:
         # One map, one graph sent to the scheduler (a submit per unit costs a round trip each).
         submitted = client.map(_task, [_absolute(u) for u in units], values=values, using=settings(),
                                key=[_key(u) for u in units], pure=False, retries=retries)
         futures = {f.key: u for f, u in zip(submitted, units)}
-        watch = _Watch(client, submitted)
-        # The client is not the process's default (set_as_default=False: a library must not install one),
-        # so as_completed is told its loop; without it, it looks for a default client and finds none.
-        for fut in as_completed(submitted, loop=client.loop):
+        # (no verdict on a file the run could not finish: no record; every later run resumes past a record)
+        for fut, rec in completed(client, submitted, scheduler, "checkpoints", "; run again to audit the rest (the "
+                                  "records written are kept)", keep=KilledWorker):
             unit = futures[fut.key]
-            try:
-                with quiet_dask():
-                    rec = fut.result()
-            except KilledWorker as e:   # the workers running it died allowed-failures times: a verdict on the file
-                rec = lost_record(unit, _allowed_failures(), one_line(f"{type(e).__name__}: {e}"))
-            except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - the scheduler lost (a task cancelled),
-                # the workers all gone (the watch cancelled what was left), the machinery failing (a worker without
-                # ckptstat): no verdict on the file, so no record (every later run keeps a record and resumes past it)
-                lost = isinstance(e, (asyncio.CancelledError, OSError, TimeoutError)) or client.status != "running"
-                why = watch.why or ("lost the Dask scheduler" if lost else
-                                    f"the workers failed to run a task ({one_line(str(e))[:200]})")
-                raise CheckpointError(str(scheduler), f"{why} ({type(e).__name__}) after {done} of {len(units)} "
-                                                      "checkpoints; run again to audit the rest (the records written "
-                                                      "are kept)") from None
+            if isinstance(rec, KilledWorker):   # the workers running it died allowed-failures times: a verdict on it
+                rec = lost_record(unit, _allowed_failures(), one_line(f"{type(rec).__name__}: {rec}"))
             yield as_given(rec, unit)
-            done += 1
-            fut.release()
+
+
+@contextmanager
+def connected(scheduler: Any) -> Iterator[Any]:
+    """A distributed.Client of the scheduler (`client_for`), closed at the end if it is ours, quietly (its scheduler
+    may be gone)."""
+    client, owned = client_for(scheduler)
+    try:
+        yield client
     finally:
-        if watch is not None:
-            watch.stop()
         if owned:
             with quiet_dask():
                 client.close(timeout=CONNECT_SECONDS)
+
+
+def completed(client: Any, futures: list[Any], scheduler: Any, counted: str, hint: str = "",
+              keep: type[BaseException] | None = None) -> Iterator[tuple[Any, Any]]:
+    """(future, its result) for each of `futures` as the cluster finishes it (`keep`: a task's exception of that class
+    given as its result). A run that cannot go on ends in one CheckpointError naming the scheduler, why and how far it
+    got (`counted`: what a future is, `hint`: what to do next): the scheduler lost (a task cancelled), every worker
+    gone for WORKER_SECONDS (`_Watch` cancels what is left), a task whose workers all died (KilledWorker: out of
+    memory?), the machinery failing (a worker without ckptstat); never a traceback, nor a wait for good."""
+    done, watch = 0, _Watch(client, futures)
+    try:
+        # The client is not the process's default (set_as_default=False: a library must not install one),
+        # so as_completed is told its loop; without it, it looks for a default client and finds none.
+        for fut in distributed().as_completed(futures, loop=client.loop):
+            try:
+                with quiet_dask():
+                    result = fut.result()
+            except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - the run cannot go on: why, in one line
+                if keep is not None and isinstance(e, keep):
+                    result = e
+                else:
+                    raise CheckpointError(str(scheduler), f"{_why_stopped(e, client, watch)} ({type(e).__name__}) "
+                                                          f"after {done} of {len(futures)} {counted}{hint}") from None
+            yield fut, result
+            done += 1
+            fut.release()
+    finally:
+        watch.stop()
+
+
+def _why_stopped(e: BaseException, client: Any, watch: _Watch) -> str:
+    if watch.why:
+        return watch.why
+    if isinstance(e, distributed().KilledWorker):
+        return (f"the workers running a task died {_allowed_failures()} time(s) (out of memory? `dask worker "
+                "--memory-limit`)")
+    if isinstance(e, (asyncio.CancelledError, OSError, TimeoutError)) or client.status != "running":
+        return "lost the Dask scheduler"
+    return f"the workers failed to run a task ({one_line(str(e))[:200]})"
 
 
 class _Watch:

@@ -105,18 +105,15 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
                  all_roles: bool = False, chunk_bytes: int = DEFAULT_STATS_CHUNK,
                  progress: Progress | None = None) -> StatsRun:
     """analysis.stats.collect's report (schema ckptstat.stats/1), the tensors read on the cluster."""
-    from ..audit.cluster import client_for, distributed, on_cluster
-
-    as_completed = distributed().as_completed
+    from ..audit.cluster import completed, connected, on_cluster
 
     if chunk_bytes < 1:
         raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
     ckpt = dequantized_view(ckpt)
     items, skipped = select(ckpt, pattern, buckets, all_roles)
     total_bytes = sum(ckpt[i.name].nbytes for i in items)
-    client, owned = client_for(scheduler)
     t0 = time.perf_counter()
-    try:
+    with connected(scheduler) as client:
         nworkers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
         parts = split(ckpt, items, nworkers * TASKS_PER_WORKER, chunk_bytes)
         stamp = _stamp(ckpt)
@@ -129,9 +126,8 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
         done = 0
         if progress:
             progress(0, total_bytes)
-        for fut in as_completed(futures, loop=client.loop):   # not a default client: audit_dask.run_dask
+        for fut, res in completed(client, futures, scheduler, "parts of the checkpoint"):
             i = index[fut.key]
-            res = fut.result()
             if res[0] == "error":
                 raise_task_error(*res[1:])   # a task's CkptstatError, raised here as on one machine
             results[i] = res[1]
@@ -140,9 +136,6 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
             done += sum(ckpt[it.name].nbytes for it in parts[i])
             if progress:
                 progress(done, total_bytes)
-    finally:
-        if owned:
-            client.close()
     rows = rows_table()
     groups: dict[GroupKey, Acc] = {}
     dense: set[GroupKey] = set()   # (merge_into: up to DENSE_LAYERS layers' counts dense)

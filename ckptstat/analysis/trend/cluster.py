@@ -13,7 +13,7 @@ from typing import Any
 from ...core import Checkpoint
 from ...errors import CkptstatError
 from ..audit import Settings, applied, settings
-from ..audit.cluster import client_for, distributed, on_cluster
+from ..audit.cluster import completed, connected, on_cluster
 from ..stats.cluster import raise_task_error
 from .steps import Plan, step_result
 
@@ -35,25 +35,19 @@ def _task(paths: list[str], p: Plan, t: int, chunk_bytes: int, using: Settings) 
 
 def run_dask(p: Plan, chunk_bytes: int, scheduler: Any, progress: Callable[[int, int], None] | None = None) -> list:
     """Each step's (sums per tensor, second moments), computed on the cluster, in step order."""
-    as_completed = distributed().as_completed
-    client, owned = client_for(scheduler)
     paths = [on_cluster(s.path) for s in p.steps]
     n = len(paths)
     results: list[Any] = [None] * n
     done = 0
-    try:
+    with connected(scheduler) as client:
         using = settings()
         futures = [client.submit(_task, paths, p, t, chunk_bytes, using, pure=False, retries=1) for t in range(n)]
         index = {f.key: t for t, f in enumerate(futures)}
-        for fut in as_completed(futures, loop=client.loop):   # not a default client: stats/cluster.py
-            res = fut.result()
+        for fut, res in completed(client, futures, scheduler, "steps"):
             if res[0] == "error":
                 raise_task_error(*res[1:])
             results[index[fut.key]] = res[1]
             done += 1
             if progress:
                 progress(done, n)
-    finally:
-        if owned:
-            client.close()
     return results
