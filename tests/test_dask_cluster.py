@@ -222,6 +222,21 @@ def test_an_address_that_is_no_scheduler_is_one_line(tmp_path):
         assert "cannot reach the Dask scheduler" in err or "takes a scheduler address" in err, err
 
 
+def test_an_address_where_nothing_listens_or_no_host_resolves_says_so(tmp_path):
+    """A port where nothing listens was tried again for distributed's whole connect timeout (30 s), then 'nothing there
+    answered as a Dask scheduler', and a host name that does not resolve 'cannot reach ... timed out': each says what
+    it is now, a refused port after REFUSED_SECONDS (a scheduler still starting)."""
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()   # (a port just freed: nothing listens there)
+    assert f"connection refused: nothing listens at port {port} of 127.0.0.1" in _audit_at(f"tcp://127.0.0.1:{port}",
+                                                                                          tmp_path)
+    assert "cannot resolve host 'no-such-host.invalid'" in _audit_at("tcp://no-such-host.invalid:8786", tmp_path)
+
+
 def test_a_worker_address_or_a_scheduler_without_workers_is_one_line(tmp_path, request):
     lone = Cluster(str(tmp_path / "lone"), request, nworkers=())
     assert "the Dask scheduler has no worker (none joined in 2 s" in _audit_at(lone.address, tmp_path)

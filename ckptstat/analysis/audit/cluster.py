@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ def distributed() -> Any:
 
 CONNECT_SECONDS = 30   # to reach the scheduler and hear it say what it is
 WORKER_SECONDS = 60    # to wait for a first worker on a scheduler that has none
+REFUSED_SECONDS = 5    # to try a refused connection again (a scheduler still starting)
 SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")   # the addresses `dask scheduler` listens on (inproc: one process's own)
 
 
@@ -54,12 +56,42 @@ def client_for(scheduler: Any) -> tuple[Any, bool]:
         return scheduler, False
     if not isinstance(scheduler, str) or "://" not in scheduler or scheduler.split("://")[0] not in SCHEMES:
         raise UsageError(f"--scheduler takes a scheduler address such as tcp://host:8786, got {scheduler!r}")
+    _listening(scheduler)
     _identify(scheduler)
     try:
         with quiet_dask():
             return Client(scheduler, set_as_default=False, timeout=f"{CONNECT_SECONDS}s"), True
     except (OSError, ValueError, TypeError) as e:
         raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({one_line(str(e))})") from None
+
+
+def _listening(address: str) -> None:
+    """One line at once for a tcp / tls / ws(s) address where nothing listens, or whose host does not resolve:
+    distributed tries a refused connection again for its whole timeout (30 s), then says it timed out. A scheduler
+    still starting (a script that has just launched it) gets REFUSED_SECONDS. Anything else is `_identify`'s."""
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        return
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        return
+    deadline = time.monotonic() + REFUSED_SECONDS
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_SECONDS).close()
+            return
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise UsageError(f"--scheduler {address}: connection refused: nothing listens at port {port} of "
+                                 f"{host} (start `dask scheduler`, or check the address)") from None
+            time.sleep(0.5)
+        except socket.gaierror as e:
+            raise UsageError(f"--scheduler {address}: cannot resolve host {host!r} ({e.strerror})") from None
+        except OSError:   # unreachable, a timeout: distributed's own connection says it
+            return
 
 
 def _identify(address: str) -> None:
