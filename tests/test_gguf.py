@@ -352,14 +352,13 @@ def test_architecture_without_a_config_says_so(cli, tmp_path, arch):
 
 
 def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
-    """A file of types whose values are not decoded (TQ1_0, TQ2_0: gguf-py quantizes them) said `2 skipped (aliases,
-    buffers, strings: see --json)`: now the count per reason, each type named as gguf-py's reader names it."""
+    """A file of types whose values are not decoded (IQ2_XXS, IQ1_S: zero blocks, a valid encoding) said `2 skipped
+    (aliases, buffers, strings: see --json)`: now the count per reason, each type named as gguf-py's reader names it."""
     gguf = pytest.importorskip("gguf")
-    rng = np.random.default_rng(0)
     path = str(tmp_path / "t.gguf")
     w = gguf.GGUFWriter(path, "llama")
-    for q in (gguf.GGMLQuantizationType.TQ1_0, gguf.GGMLQuantizationType.TQ2_0):
-        data = gguf.quants.quantize(rng.standard_normal((2, 256)).astype(np.float32), q)
+    for q in (gguf.GGMLQuantizationType.IQ2_XXS, gguf.GGMLQuantizationType.IQ1_S):
+        data = np.zeros((2, gguf.GGML_QUANT_SIZES[q][1]), np.uint8)
         w.add_tensor(f"blk.0.{q.name}.weight", data, raw_shape=data.shape, raw_dtype=q)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -371,22 +370,27 @@ def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
     assert rc == 1 and f"{len(types)} skipped ({', '.join(f'1 {t} not decoded' for t in types)}: see --json)" in out
 
 
-@pytest.mark.parametrize("qtype", ["MXFP4", "NVFP4"])
+@pytest.mark.parametrize("qtype", ["MXFP4", "NVFP4", "IQ4_NL", "IQ4_XS"])
 def test_4_bit_float_blocks_equal_gguf_py_dequantize(tmp_path, cli, qtype):
-    """MXFP4 (gpt-oss's experts: an E8M0 scale a 32-value block) and NVFP4 (four UE4M3 scales a 64-value block)
-    decode bit for bit as gguf-py's `dequantize` does, for every byte value (random blocks: scales up to 2^127,
+    """MXFP4 (gpt-oss's experts: an E8M0 scale a 32-value block), NVFP4 (four UE4M3 scales a 64-value block) and
+    the non-linear i-quants IQ4_NL and IQ4_XS (a code into ggml's table of 16 integers, times d or a 6-bit sub-block
+    scale) decode bit for bit as gguf-py's `dequantize` does, for every byte value (random blocks: scales up to 2^127,
     whose products overflow to inf as gguf-py's do) and for what gguf-py's MXFP4 quantizer writes; `stats` of such
     a file reads them (it said "not decoded") and `diff` against its source compares them."""
     gguf = pytest.importorskip("gguf")
+    from ckptstat.core import quants
     from ckptstat.core.quants import dequantize
+
+    assert quants._IQ4_NL.tolist() == list(gguf.quants.IQ4_NL.kvalues)   # the table, gguf-py's
 
     q = getattr(gguf.GGMLQuantizationType, qtype)
     block, nbytes = gguf.GGML_QUANT_SIZES[q]
     rng = np.random.default_rng(0)
     raw = rng.integers(0, 256, size=(4096, nbytes), dtype=np.uint8)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         want = gguf.quants.dequantize(raw.reshape(-1), q).astype(np.float32)
-    assert np.array_equal(dequantize(raw, qtype).reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
+        got = dequantize(raw, qtype)
+    assert np.array_equal(got.reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
     if qtype != "MXFP4":   # gguf-py quantizes MXFP4 only
         return
     x = (rng.standard_normal((6, 256)) * 0.02).astype(np.float32)

@@ -76,3 +76,54 @@ def test_llama_quantize_tensors_equal_gguf_py(file):
             if 0 <= start and count > 0 and start + count <= info.numel:
                 assert np.array_equal(ckpt._read(info, start, count), want[start:start + count]), (t.name, start)
     assert types & set(QUANTS), types   # the file holds block-quantised tensors
+
+
+def _ternary_gguf(path, values: np.ndarray, qtype) -> np.ndarray:
+    """A GGUF whose one tensor (llama's ffn_up of layer 0) is `values` quantised by gguf-py to `qtype`; returns the
+    values gguf-py dequantises it to."""
+    from gguf import quants
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    q = quants.quantize(values, qtype)
+    w.add_tensor("blk.0.ffn_up.weight", q, raw_shape=q.shape, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dequantize(gguf.GGUFReader(str(path)).tensors[0].data, qtype).reshape(values.shape)
+
+
+@pytest.mark.parametrize("qtype", ["TQ1_0", "TQ2_0"])
+def test_ternary_tensors_are_compared_and_counted(qtype, tmp_path, cli):
+    """llama.cpp's ternary types (BitNet b1.58, TriLM): `diff` passed two files whose TQ tensors differ as 'no
+    differences', exit 0 (their values not decoded, only said so). Now decoded as gguf-py dequantises them: a faithful
+    quantisation of a float model is `converted`, an element moved is a difference, two different files differ, and
+    stats' moments are numpy's over gguf-py's values."""
+    from safetensors.numpy import save_file
+
+    qt = gguf.GGMLQuantizationType[qtype]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    save_file({"model.layers.0.mlp.up_proj.weight": x}, str(tmp_path / "hf.safetensors"))
+    a = _ternary_gguf(tmp_path / "a.gguf", x, qt)
+    moved = x.copy()
+    moved[3, 5] += 3.0
+    _ternary_gguf(tmp_path / "moved.gguf", moved, qt)
+    b = _ternary_gguf(tmp_path / "b.gguf", rng.standard_normal((64, 256)).astype(np.float32), qt)
+
+    rc, out, _ = cli("diff", str(tmp_path / "hf.safetensors"), str(tmp_path / "a.gguf"), "--json")
+    row = json.loads(out)["tensors"][0]
+    assert rc == 0 and row["status"] == "converted" and row["rounded_to"] == qtype
+    assert row["max_abs"] == np.max(np.abs(x.astype(np.float64) - a))
+    rc, out, _ = cli("diff", str(tmp_path / "hf.safetensors"), str(tmp_path / "moved.gguf"), "--json")
+    assert rc == 1 and json.loads(out)["tensors"][0]["status"] == "dtype"
+    rc, out, _ = cli("diff", str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf"), "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["same"] is False
+    row = r["tensors"][0]
+    assert row["status"] == "values" and row["max_abs"] == np.max(np.abs(a.astype(np.float64) - b))
+    rc, out, _ = cli("stats", str(tmp_path / "a.gguf"), "--json", "--no-progress")
+    t = json.loads(out)["tensors"][0]
+    assert rc == 0 and t["count"] == a.size
+    np.testing.assert_allclose([t["mean"], t["std"]], [a.astype(np.float64).mean(), a.astype(np.float64).std()],
+                               rtol=1e-12)

@@ -19,6 +19,11 @@ callers pass the blocks a range touches, so memory is a few times that range.
     Q4_K    256  d, dmin, scales[12] (8 x 6-bit sc, 8 x 6-bit m), qs[128] 8 x 32: d*sc * q - dmin*m, q in [0, 15]
     Q5_K    256  d, dmin, scales[12], qh[32], qs[128]                     8 x 32: d*sc * q - dmin*m, q in [0, 31]
     Q6_K    256  ql[128], qh[64], scales[16] int8, d                      16 x 16: d*sc * q, q in [-32, 31]
+    TQ1_0   256  qs[48] (5 trits a byte), qh[4] (4 trits a byte), d       d * (q - 1),      q - 1 in [-1, 1]
+    TQ2_0   256  qs[64] (4 two-bit codes a byte), d                       d * (q - 1),      q - 1 in [-1, 1]
+
+(TQ1_0 and TQ2_0 are llama.cpp's ternary types, BitNet b1.58's and TriLM's weights; a TQ1_0 byte holds 5 trits as
+a fixed-point fraction of 243: trit k is the top of (byte * 3^k mod 256) * 3, i.e. >> 8.)
 
 (Q8_K, llama.cpp's intermediate type for dot products, is never a tensor's type in a file, and gguf-py has no
 dequantize for it to test against: not decoded.)
@@ -29,6 +34,12 @@ rounding bound in analysis/conversion.py:
 
     MXFP4    32  e (E8M0), qs[16] nibbles                              2^(e-128) * kv[q]  (gpt-oss's experts)
     NVFP4    64  d[4] (UE4M3, 16 elements each), qs[32] nibbles        d/2 * kv[q]
+
+and the two non-linear 4-bit i-quants store a code into a fixed table of 16 integers (ggml's kvalues_iq4nl):
+
+    IQ4_NL   32  d f16, qs[16] nibbles                                 d * nl[q]
+    IQ4_XS  256  d f16, scales_h u16, scales_l[4], qs[128]             8 x 32: d * (sc - 32) * nl[q], sc 6 bits
+                 (sub-block i: low 4 bits of sc from scales_l[i / 2] >> 4 * (i % 2), high 2 from scales_h >> 2 * i)
 """
 from __future__ import annotations
 
@@ -76,7 +87,7 @@ def _k_scales_mins(scales: U8) -> tuple[U8, U8]:
 
 
 def _one(scale: F32, code: NDArray[np.generic], add: F32 | None = None) -> Parts:
-    """A whole 32-element block as one sub-block."""
+    """A whole block as one sub-block."""
     return scale.reshape(-1, 1), code.astype(np.float32).reshape(len(code), 1, -1), \
         None if add is None else add.reshape(-1, 1)
 
@@ -146,6 +157,26 @@ def _q6_k(b: U8) -> Parts:   # ql[128], qh[64], scales[16] int8, d
     return _f16(b[:, 208:210]) * b[:, 192:208].view(np.int8).astype(np.float32), q.astype(np.float32), None
 
 
+def _trits(packed: U8, powers: tuple[int, ...]) -> U8:
+    """TQ1_0's base-3 bytes -> codes 0..2: each byte read once per power of 3 (the product wrapping at 256), element
+    order (power, byte) as gguf-py's dequantize_blocks reads them."""
+    n, k = packed.shape
+    p = np.array(powers, dtype=np.uint8).reshape(1, -1, 1)
+    shifted = (packed.reshape(n, 1, k) * p).reshape(n, -1)
+    codes: U8 = ((shifted.astype(np.uint16) * 3) >> 8).astype(np.uint8)
+    return codes
+
+
+def _tq1_0(b: U8) -> Parts:   # qs[48]: 32 bytes then 16, 5 trits each; qh[4], 4 trits each; d
+    five, four = (1, 3, 9, 27, 81), (1, 3, 9, 27)
+    q = np.concatenate([_trits(b[:, :32], five), _trits(b[:, 32:48], five), _trits(b[:, 48:52], four)], axis=1)
+    return _one(_f16(b[:, 52:54]), q.astype(np.int8) - np.int8(1))
+
+
+def _tq2_0(b: U8) -> Parts:   # qs[64]: 2 runs of 32 bytes, 4 two-bit codes each; d
+    return _one(_f16(b[:, 64:66]), _fields(b[:, :64], 32, (0, 2, 4, 6), 3).astype(np.int8) - np.int8(1))
+
+
 @dataclass(frozen=True)
 class Quant:
     """One block type: its parts, the range of its codes, and whether llama.cpp's quantizer picks the codes
@@ -168,6 +199,8 @@ QUANTS: dict[str, Quant] = {
     "Q4_K": Quant(_q4_k, 0, 15, False),
     "Q5_K": Quant(_q5_k, 0, 31, False),
     "Q6_K": Quant(_q6_k, -32, 31, False),
+    "TQ1_0": Quant(_tq1_0, -1, 1, True),   # (d = max |x| of the block, its codes picked before d's f16 rounding)
+    "TQ2_0": Quant(_tq2_0, -1, 1, True),
 }
 
 
@@ -203,7 +236,23 @@ def _nvfp4(b: U8) -> Parts:   # d[4], qs[32]: four sub-blocks of 16, each its 8 
     return _UE4M3[b[:, :4]], _FP4[np.concatenate([qs & 0x0F, qs >> 4], axis=2)], None
 
 
-CODEBOOKS: dict[str, Callable[[U8], Parts]] = {"MXFP4": _mxfp4, "NVFP4": _nvfp4}
+_IQ4_NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+
+
+def _iq4_nl(b: U8) -> Parts:   # d, qs[16]
+    return _one(_f16(b[:, :2]), _IQ4_NL[_nibbles(b[:, 2:])])
+
+
+def _iq4_xs(b: U8) -> Parts:   # d, scales_h u16, scales_l[4], qs[128]: 8 sub-blocks of 32, each 16 bytes of nibbles
+    n = len(b)
+    low = _fields(b[:, 4:8], 4, (0, 4), 0x0F).reshape(n, 2, 4).transpose(0, 2, 1).reshape(n, 8)
+    high = (np.ascontiguousarray(b[:, 2:4]).view("<u2") >> (2 * np.arange(8, dtype=np.uint16))) & 3
+    sc = ((low | (high.astype(np.uint8) << 4)).astype(np.int8) - np.int8(32)).astype(np.float32)
+    qs = b[:, 8:].reshape(n * 8, 16)
+    return _f16(b[:, :2]) * sc, _IQ4_NL[_nibbles(qs)].reshape(n, 8, 32), None
+
+
+CODEBOOKS: dict[str, Callable[[U8], Parts]] = {"MXFP4": _mxfp4, "NVFP4": _nvfp4, "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
 
 
 def dequantize(blocks: U8, dtype: str) -> F32:
