@@ -135,3 +135,43 @@ def test_onnx_fixture_float64_std_is_finite_and_numpys():
     names = [r["name"] for r in report["tensors"]]
     assert "field.f64" in names
     _check_report(report, {n: t[n] for n in names})
+
+
+def _quantile_bound_ok(got: float | None, ordered: np.ndarray, p: float) -> bool:
+    """QUANTILE_RULE for one level: within 2^-8 of the larger order statistic (+2^-133, and 2^-24 for float64's
+    rounding to float32) of numpy's exact quantile, or null where an order statistic is beyond float32's range."""
+    h = (ordered.size - 1) * p
+    i = int(math.floor(h))
+    j = min(i + 1, ordered.size - 1)
+    top = max(abs(ordered[i]), abs(ordered[j]))
+    if got is None:
+        return top >= 2.0 ** 128
+    want = float(np.quantile(ordered, p))
+    return abs(got - want) <= (2.0 ** -8 + 2.0 ** -23) * top + 2.0 ** -133
+
+
+def test_float64_quantiles_beyond_float32_range(tmp_path):
+    """The bug: float64 values beyond float32's range (|x| >= 2^128, ~3.4e38) were keyed as +-FLT_MAX, so a quantile
+    among them read ~3.4e38 where numpy's is 1e300: far outside the stated bound. A quantile whose order statistics
+    lie there is null now, every other within the bound; and `plot --clip 0` draws them (min..max, wider than float64's
+    max, made numpy's histogram fail: "internal error: ValueError: Too many bins for data range")."""
+    t = {"model.layers.0.w.weight": np.array([1e300, 2e300, -3e300, 1.0, 2.0, 3.0, 4.0, 5.0]),
+         "model.layers.0.v.weight": np.linspace(-1e39, 1e39, 101),
+         "model.layers.1.x.weight": np.array([1e308, -1e308, 0.5])}   # min..max is wider than float64's max
+    path = str(tmp_path / "model.safetensors")
+    save_file(t, path)
+    report = collect(open_checkpoint(path)).report
+    groups = [(r, [t[r["name"]]]) for r in report["tensors"]] + [(report["total"], list(t.values()))]
+    for row, values in groups:
+        ordered = np.sort(np.concatenate(values))
+        for p, (k, got) in zip((0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99), row["quantiles"].items()):
+            assert _quantile_bound_ok(got, ordered, p), (row.get("name"), k, got, float(np.quantile(ordered, p)))
+    w = next(r for r in report["tensors"] if r["name"] == "model.layers.0.w.weight")
+    assert w["quantiles"]["p50"] is not None and w["quantiles"]["p99"] is None
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "w.png"
+    for clip in ("0", "0.1"):
+        proc = subprocess.run([sys.executable, "-m", "ckptstat", "plot", path, "-o", str(out), "--clip", clip],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0 and out.exists(), proc.stderr
+        assert "Warning" not in proc.stderr and "error" not in proc.stderr, proc.stderr

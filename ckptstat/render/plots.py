@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..analysis.stats import Acc, StatsRun, hist_quantiles, tables
+from ..analysis.stats.accumulate import FLT_MAX
 from ..core.files import atomic_output, check_output
 from ..errors import CkptstatError, MissingDependencyError, UsageError
 from .report_common import plot_text
@@ -66,11 +67,11 @@ def rebin(acc: Acc, clip: float, bins: int = HIST_BINS) -> tuple[np.ndarray, np.
     """(counts, edges, values outside the range) on a uniform grid over [clip%, 100-clip%] (or min..max)."""
     value, mid, finite, _ = tables(acc.domain)
     rep = value if acc.exact else mid
-    if clip > 0:
-        lo, hi = hist_quantiles(acc.hist, acc.domain, acc.exact, (clip / 100, 1 - clip / 100), acc.min, acc.max)
-    else:
-        lo, hi = acc.min, acc.max
-    assert lo is not None and hi is not None
+    q = hist_quantiles(acc.hist, acc.domain, acc.exact, (clip / 100, 1 - clip / 100), acc.min, acc.max) if clip > 0 else []
+    lo, hi = (q[0] if q and q[0] is not None else acc.min), (q[-1] if q and q[-1] is not None else acc.max)
+    # the bins' values never leave float32's range (float64 beyond it is binned at +-3.4e38: QUANTILE_RULE), nor
+    # then the range drawn, whose width min..max could overflow (+-1e308)
+    lo, hi = max(lo, -FLT_MAX), min(hi, FLT_MAX)
     if hi <= lo:
         pad = abs(lo) * 0.01 or 0.5
         lo, hi = lo - pad, hi + pad
@@ -82,7 +83,7 @@ def rebin(acc: Acc, clip: float, bins: int = HIST_BINS) -> tuple[np.ndarray, np.
 
 def _box(row: dict, label: str) -> dict | None:
     q = row["quantiles"]
-    if q.get("p50") is None:
+    if any(q.get(k) is None for k in ("p1", "p25", "p50", "p75", "p99")):   # no finite value, or one beyond float32's range
         return None
     return {"label": label, "med": q["p50"], "q1": q["p25"], "q3": q["p75"], "whislo": q["p1"],
             "whishi": q["p99"], "mean": row["mean"], "fliers": []}

@@ -70,7 +70,7 @@ QUANTILE_RULE = (
     "which hold them exactly). exact=false (F32, F64, bigger integers, or mixtures): each order statistic is "
     "known to its bfloat16 bin (float32 truncated to its top 16 bits) and reported as the bin's "
     "midpoint clamped to [min, max], so |error| <= 2^-8 * max(|x_(i)|, |x_(i+1)|) (+2^-133 near zero); "
-    "float64 values are first rounded to float32")
+    "float64 values are first rounded to float32 (one beyond its range, 2^128, leaves null a quantile it may be)")
 VALUES_RULE = (
     "count and every statistic are over the numbers the elements decode to: a complex element is two (its real and "
     "imaginary parts), an F4_X2 element (torch float4_e2m1fn_x2, a packed pair) its two fp4 values, low nibble first; "

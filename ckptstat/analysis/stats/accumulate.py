@@ -17,7 +17,8 @@ from ...core.table import Table
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 NBINS = 1 << 16
-_FLT_MAX = float(np.finfo(np.float32).max)
+FLT_MAX = float(np.finfo(np.float32).max)
+_TOP_KEY = 0x7F7F   # the bfloat16 key of the largest finite magnitudes: [~3.39e38, 2^128)
 _LITTLE = sys.byteorder == "little"
 
 
@@ -331,8 +332,8 @@ class Acc:
     def _keys(self, x: np.ndarray) -> np.ndarray:
         if self.domain == "f16":
             return x.view(np.uint16)
-        if x.dtype == np.float64:   # round to float32 first; beyond its range clamp to +-FLT_MAX
-            x = np.clip(x, -_FLT_MAX, _FLT_MAX)
+        if x.dtype == np.float64:   # round to float32 first; beyond its range clamp to +-FLT_MAX (_TOP_KEY)
+            x = np.clip(x, -FLT_MAX, FLT_MAX)
         x32 = np.ascontiguousarray(x if x.dtype == np.float32 else x.astype(np.float32))
         if _LITTLE:   # the high half of each float32 is its bfloat16 key: a strided view, not a shifted copy
             return x32.view(np.uint16)[1::2]
@@ -447,12 +448,20 @@ def bins_quantiles(keys: np.ndarray, counts: np.ndarray, domain: str, exact: boo
     lows = [int(math.floor(h)) for h in hs]
     # the i-th smallest value (0-based) is in the first bin whose running count passes i
     at = np.searchsorted(cum, lows + [min(i + 1, n - 1) for i in lows], side="right")
-    picked = [min(max(float(v), lo_clamp), hi_clamp) for v in rep[keys[at]]]
+    picked: list[float | None] = [min(max(float(v), lo_clamp), hi_clamp) for v in rep[keys[at]]]
+    unknown = {k for k, beyond in ((_TOP_KEY, hi_clamp > FLT_MAX), (_TOP_KEY | 0x8000, lo_clamp < -FLT_MAX)) if beyond}
+    if domain == "bf16" and unknown:
+        # float64 values beyond float32's range share the last finite bin with float32's largest (Acc._keys): an
+        # order statistic there is known only to lie between ~3.4e38 and max (or min), so it has no value to report
+        picked = [None if k in unknown else v for k, v in zip(keys[at].tolist(), picked)]
     out: list[float | None] = []
     for j, (h, i) in enumerate(zip(hs, lows)):
         g = h - i
-        a = picked[j]
-        out.append(a if g == 0 or i + 1 >= n else a + g * (picked[len(ps) + j] - a))
+        a, b = picked[j], picked[len(ps) + j]
+        if g == 0 or i + 1 >= n:
+            out.append(a)
+        else:
+            out.append(None if a is None or b is None else a + g * (b - a))
     return out
 
 
