@@ -294,3 +294,22 @@ def test_layer_accumulators_stay_sparse(tmp_path):
     # F32 values are binned by their bfloat16 key: within the stated bound (docs/stats.md), 2^-8 relative
     assert layer7["quantiles"]["p50"] == pytest.approx(float(np.quantile(arrays["layers.7.w"], 0.5)), rel=2 ** -8)
     assert layer7["min"] == float(arrays["layers.7.w"].min()) and layer7["max"] == float(arrays["layers.7.w"].max())
+
+
+def test_signalling_nan_is_counted_without_a_warning(tmp_path) -> None:
+    """The bug: a float32 signalling NaN (0x7F800001, what a bit-flip or raw buffer can hold) widened to float64 made
+    numpy print 'RuntimeWarning: invalid value encountered in cast' on stderr, from a tiny tensor (tiny.py) or a
+    complex64 one (Acc.update); `diff` printed it too (analysis/diff.py). The NaN is counted, nothing printed."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    bits = np.array([0x7F800001, 0x3F800000, 0xFF800001, 0x40000000], dtype=np.uint32)
+    x = bits.view(np.float32)
+    path = str(tmp_path / "snan.pt")
+    torch.save({"a.weight": torch.from_numpy(x.copy()), "b.weight": torch.ones(3),   # a and b: a tiny-tensor run
+                "c.weight": torch.from_numpy(x.copy()).view(torch.complex64)}, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True).report["tensors"]}
+    for name in ("a.weight", "c.weight"):   # numpy, quietly: two NaN and 1.0, 2.0
+        assert (rows[name]["nan"], rows[name]["finite"], rows[name]["mean"]) == (2, 2, 1.5), name

@@ -280,12 +280,12 @@ class Acc:
         if x.size == 0:
             return
         widened = x.dtype == np.float32
-        if widened:   # widened into a reused buffer: no fresh 8-bytes-a-value allocation a chunk
-            x64 = scratch("acc", x.size)
-            np.copyto(x64, x)
-        else:
-            x64 = x.astype(np.float64, copy=False)
-        with np.errstate(over="ignore", invalid="ignore"):   # inf - inf, or huge float64s: the slow path's
+        with np.errstate(over="ignore", invalid="ignore"):   # a signalling NaN widened, inf - inf, or huge float64s
+            if widened:   # widened into a reused buffer: no fresh 8-bytes-a-value allocation a chunk
+                x64 = scratch("acc", x.size)
+                np.copyto(x64, x)
+            else:
+                x64 = x.astype(np.float64, copy=False)
             total = float(np.add.reduce(x64)) if x64 is x or widened else float(np.add.reduce(x, dtype=np.float64))
             if not math.isfinite(total):
                 # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).

@@ -88,9 +88,9 @@ def _decode(raw: bytes, infos: list[TensorInfo], start: int) -> tuple[np.ndarray
     b32 = byte[is32]
     high[is32] = buf[b32 + 2].astype(np.uint32) | buf[b32 + 3].astype(np.uint32) << 8
     bits = np.where(is32, low | high << 16, low << 16)                             # the float32 of BF16 and F32
-    x = bits.view(np.float32).astype(np.float64)
     f16 = c == 0
     with np.errstate(invalid="ignore"):   # a signalling NaN widened
+        x = bits.view(np.float32).astype(np.float64)
         x[f16] = low[f16].astype(np.uint16).view(np.float16).astype(np.float64)
     key = np.where(is32, high, low).astype(np.int64)                               # F16: its bits; else bf16's
     return x, key, seg
