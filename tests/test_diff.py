@@ -429,3 +429,36 @@ def test_values_of_a_dcp_folder_and_its_torch_save_conversion(tmp_path) -> None:
     r = diff(open_checkpoint(folder), open_checkpoint(edited))
     assert not r["same"] and r["objects"] == [{"name": "step", "status": "changed", "a": obj["step"],
                                                "b": obj["step"] + 1}]
+
+
+def test_signalling_nan_without_a_warning(tmp_path) -> None:
+    """Widening a float32 signalling NaN printed numpy's 'invalid value encountered in cast' on stderr."""
+    import warnings
+
+    x = np.array([0x7F800001, 0x3F800000, 0x40000000], dtype=np.uint32).view(np.float32)
+    y = np.array([1.0, 1.0, 2.5], dtype=np.float32)
+    save_file({"w": torch.from_numpy(x.copy())}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.from_numpy(y)}, str(tmp_path / "b.safetensors"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = diff(open_checkpoint(str(tmp_path / "a.safetensors")), open_checkpoint(str(tmp_path / "b.safetensors")))
+    w = r["tensors"][0]
+    assert (w["nonfinite_mismatch"], w["max_abs"]) == (1, 0.5)
+
+
+def test_huge_float64_metrics(tmp_path) -> None:
+    """The bugs: cosine was ab / sqrt(aa * bb), whose product overflows for float64 values above ~1e77 although aa
+    and bb are finite: cosine 0.0 where numpy's is 0.995; and two finite values whose difference is beyond float64's
+    max (1e308 and -1e308) were counted as 'NaN/Inf facing another value', with max_abs 0."""
+    x = np.array([1e100, 2e100, -1e100])
+    y = np.array([1e100, 2.5e100, -1e100])
+    save_file({"w": torch.from_numpy(x), "o": torch.tensor([1e308, 1.0], dtype=torch.float64)}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.from_numpy(y), "o": torch.tensor([-1e308, 1.0], dtype=torch.float64)}, str(tmp_path / "b.safetensors"))
+    r = diff(open_checkpoint(str(tmp_path / "a.safetensors")), open_checkpoint(str(tmp_path / "b.safetensors")))
+    by = {t["name"]: t for t in r["tensors"]}
+    xs, ys = x * 1e-100, y * 1e-100   # numpy's oracle on the values scaled (its squares overflow too)
+    cosine = float(np.dot(xs, ys) / (np.linalg.norm(xs) * np.linalg.norm(ys)))
+    assert by["w"]["cosine"] == pytest.approx(cosine, rel=1e-12)
+    assert by["w"]["rel_l2"] == pytest.approx(float(np.linalg.norm(xs - ys) / np.linalg.norm(xs)), rel=1e-12)
+    o = by["o"]
+    assert (o["status"], o["nonfinite_mismatch"], o["max_abs"], o["rel_l2"]) == ("values", 0, np.inf, None)

@@ -260,15 +260,15 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
     for x, y in whole_blocks(((x, y) for x, y in aligned(xs, ys)), block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
         hb.update(np.ascontiguousarray(y).data)
-        if np.iscomplexobj(x) or np.iscomplexobj(y):
-            xf, yf = x.astype(np.complex128), y.astype(np.complex128)
-            d = np.abs(xf - yf)
-            aa += float(np.sum(np.abs(xf) ** 2))
-            bb += float(np.sum(np.abs(yf) ** 2))
-            ab += float(np.real(np.sum(xf * np.conj(yf))))
-        else:
-            xf, yf = x.astype(np.float64), y.astype(np.float64)
-            with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):   # (a signalling NaN widened, too)
+            if np.iscomplexobj(x) or np.iscomplexobj(y):
+                xf, yf = x.astype(np.complex128), y.astype(np.complex128)
+                d = np.abs(xf - yf)
+                aa += float(np.sum(np.abs(xf) ** 2))
+                bb += float(np.sum(np.abs(yf) ** 2))
+                ab += float(np.real(np.sum(xf * np.conj(yf))))
+            else:
+                xf, yf = x.astype(np.float64), y.astype(np.float64)
                 d = np.abs(xf - yf)
                 aa += float(np.dot(xf, xf))
                 bb += float(np.dot(yf, yf))
@@ -289,7 +289,9 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             with np.errstate(invalid="ignore", over="ignore"):
                 nan_a, nan_b = np.isnan(xf), np.isnan(yf)
                 same = (xf == yf) | (nan_a & nan_b)    # inf facing the same inf, NaN facing NaN: no difference
-                bad = ~same & ~np.isfinite(d)          # NaN or inf facing another value: a change, out of the metrics
+                # NaN or inf facing another value: a change, out of the metrics (two finite values whose difference
+                # is beyond float64's max, 1e308 and -1e308, are no such pair: max_abs inf)
+                bad = ~same & ~(np.isfinite(xf) & np.isfinite(yf))
                 nonfinite += int(np.count_nonzero(bad))
                 dm = np.where(same | bad, 0.0, d)
                 max_abs = max(max_abs, float(np.max(dm)))
@@ -298,7 +300,7 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 rounded = False   # (NaN or inf facing NaN or the same inf is not a tensor worth certifying)
     finite = all(np.isfinite(v) for v in (aa, bb, ab, dd))
     rel = float(np.sqrt(dd) / np.sqrt(aa)) if aa > 0 and finite else None
-    cos = float(ab / np.sqrt(aa * bb)) if aa > 0 and bb > 0 and finite else None
+    cos = float(ab / (np.sqrt(aa) * np.sqrt(bb))) if aa > 0 and bb > 0 and finite else None   # (aa * bb overflows)
     return {"identical": ha.digest() == hb.digest(), "close": close, "max_abs": max_abs, "rel_l2": rel, "cosine": cos,
             "nonfinite_mismatch": nonfinite, "rounded": conversion_row(target, use) if rounded and target else None}
 
