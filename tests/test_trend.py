@@ -278,3 +278,29 @@ def test_non_tensor_values_that_change_across_the_steps(cli, tmp_path):
     assert rc == 0 and "Non-tensor values that change across the steps" in text
     rc, _, _ = cli("trend", fixture("training", "lightning"), "-o", str(tmp_path / "t.md"))
     assert rc == 0 and "## Non-tensor values that change across the steps" in (tmp_path / "t.md").read_text()
+
+
+def test_update_ratio_without_cancellation(tmp_path):
+    """The bug: std(d) and std(w_(t-1)) were sqrt(sum(x^2)/n - mean^2), which cancels when the mean is far above the
+    spread: an update that moved every element of a tensor by one step (as Adam's first, sign-like steps do to a bias
+    pushed one way), std(d) ~6e-10 beside a mean of 1e-3, read its update ratio 3% off; a norm gain near 1 with a
+    spread of 1e-6 read its std(w_(t-1)) ~1% off. The centred sums (Chan et al.'s update, as `stats`) give numpy's."""
+    gen = torch.Generator().manual_seed(5)
+    n = 1 << 20
+    p = {"model.layers.0.mlp.up_proj.bias": torch.randn(n, generator=gen) * 0.02,
+         "model.layers.0.input_layernorm.weight": 1 + torch.randn(n, generator=gen) * 1e-6}
+    w = {"model.layers.0.mlp.up_proj.bias": p["model.layers.0.mlp.up_proj.bias"] - 1e-3,
+         "model.layers.0.input_layernorm.weight": p["model.layers.0.input_layernorm.weight"]
+         + torch.randn(n, generator=gen) * 1e-6}
+    for step, sd in ((1, p), (2, w)):
+        safetensors_torch.save_file(sd, str(tmp_path / f"step_{step}.safetensors"))
+    back = [safetensors_torch.load_file(str(tmp_path / f"step_{s}.safetensors")) for s in (1, 2)]
+    r = trend([str(tmp_path)], chunk_bytes=1 << 16)
+    for row in r["tensors"]:
+        a, b = (back[i][row["name"]].double() for i in (0, 1))
+        want = float((b - a).std(unbiased=False) / a.std(unbiased=False))
+        assert row["series"][1]["update_ratio"] == pytest.approx(want, rel=1e-9), row["name"]
+    a = torch.cat([back[0][k].double() for k in sorted(back[0])])
+    b = torch.cat([back[1][k].double() for k in sorted(back[0])])
+    want = float((b - a).std(unbiased=False) / a.std(unbiased=False))
+    assert r["total"]["series"][1]["update_ratio"] == pytest.approx(want, rel=1e-9)

@@ -49,8 +49,8 @@ CONVENTIONS = {
 }
 
 
-def _std(s: float, q: float, n: int) -> float:
-    return math.sqrt(max(q / n - (s / n) ** 2, 0.0)) if n else 0.0
+def _std(m2: float, n: int) -> float:
+    return math.sqrt(m2 / n) if n else 0.0
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -124,7 +124,7 @@ def _row(step: Step, t: int, s: Sums) -> dict:
         r.update(rel_prev=_ratio(math.sqrt(s.qd), math.sqrt(s.qp)), max_abs_prev=s.md,
                  rel_first=_ratio(math.sqrt(s.qf), math.sqrt(s.q0)) if t > 1 else _ratio(math.sqrt(s.qd), math.sqrt(s.qp)),
                  max_abs_first=s.mf if t > 1 else s.md,
-                 update_ratio=_ratio(_std(s.sd, s.qd, s.n), _std(s.sp, s.qp, s.n)))
+                 update_ratio=_ratio(_std(s.cd, s.n), _std(s.cp, s.n)))
     else:
         r.update(rel_prev=None, max_abs_prev=None, rel_first=None, max_abs_first=None, update_ratio=None)
     return r

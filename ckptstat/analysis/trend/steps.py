@@ -32,17 +32,31 @@ class Sums:
     qw: float = 0.0
     sp: float = 0.0   # the previous step's values, over the same elements (for the update ratio)
     qp: float = 0.0
+    cp: float = 0.0   # ... their squared deviations from their mean (M2), for std(w_(t-1))
     sd: float = 0.0
     qd: float = 0.0
+    cd: float = 0.0   # M2 of d, for std(d): sum(x^2) - sum(x)^2 / n cancels where the mean is far above the spread
     md: float = 0.0
     qf: float = 0.0
     q0: float = 0.0   # the first step's values' sum of squares, over the same elements
     mf: float = 0.0
 
     def merge(self, o: Sums) -> None:
+        """Sums add, maxima take the larger, and each M2 merges by Chan et al.'s update (stats' Acc.add_moments)."""
+        n, tot = self.n, self.n + o.n
+        if n and o.n:
+            for m2, s in (("cp", "sp"), ("cd", "sd")):
+                delta = getattr(o, s) / o.n - getattr(self, s) / n
+                setattr(self, m2, getattr(self, m2) + delta * delta * n * o.n / tot)
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(o, f.name)
             setattr(self, f.name, max(a, b) if f.name in ("md", "mf") else a + b)
+
+
+def _m2(x: np.ndarray) -> float:
+    """The sum of squared deviations from the mean (two passes: no cancellation)."""
+    c = x - x.mean() if x.size else x
+    return float(np.dot(c, c))
 
 
 @dataclass
@@ -77,23 +91,15 @@ def tensor_sums(cur: Checkpoint, name: str, prev: tuple[Checkpoint, str] | None,
             p = pieces[1].astype(np.float64) if len(pieces) > 1 else w
             f = pieces[2].astype(np.float64) if len(pieces) > 2 else w
             ok = np.isfinite(w) & np.isfinite(p) & np.isfinite(f)
-            if not ok.all():
-                s.nonfinite += int(w.size - np.count_nonzero(ok))
+            nonfinite = int(w.size - np.count_nonzero(ok))
+            if nonfinite:
                 w, p, f = w[ok], p[ok], f[ok]
             d, g = w - p, w - f
-            s.n += w.size
-            s.zeros += int(w.size - np.count_nonzero(w))
-            s.sw += float(w.sum())
-            s.qw += float(np.dot(w, w))
-            s.sp += float(p.sum())
-            s.qp += float(np.dot(p, p))
-            s.sd += float(d.sum())
-            s.qd += float(np.dot(d, d))
-            s.qf += float(np.dot(g, g))
-            s.q0 += float(np.dot(f, f))
-            if w.size:
-                s.md = max(s.md, float(np.max(np.abs(d))))
-                s.mf = max(s.mf, float(np.max(np.abs(g))))
+            s.merge(Sums(n=w.size, zeros=int(w.size - np.count_nonzero(w)), nonfinite=nonfinite,
+                         sw=float(w.sum()), qw=float(np.dot(w, w)), sp=float(p.sum()), qp=float(np.dot(p, p)), cp=_m2(p),
+                         sd=float(d.sum()), qd=float(np.dot(d, d)), cd=_m2(d),
+                         md=float(np.max(np.abs(d))) if w.size else 0.0, qf=float(np.dot(g, g)),
+                         q0=float(np.dot(f, f)), mf=float(np.max(np.abs(g))) if w.size else 0.0))
     return s
 
 
