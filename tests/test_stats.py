@@ -313,3 +313,21 @@ def test_signalling_nan_is_counted_without_a_warning(tmp_path) -> None:
         rows = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True).report["tensors"]}
     for name in ("a.weight", "c.weight"):   # numpy, quietly: two NaN and 1.0, 2.0
         assert (rows[name]["nan"], rows[name]["finite"], rows[name]["mean"]) == (2, 2, 1.5), name
+
+
+def test_two_dtypes_over_one_storage_are_two_tensors(tmp_path) -> None:
+    """The bug: alias_key (same storage, offset, shape, stride) left out the dtype, so a float8 tensor and its uint8
+    view, which torch.save writes over one storage (its new dtypes pickle an untyped one), were one tensor: the
+    second name was skipped as an 'alias', its values (other numbers) in no row. torch.load gives both back."""
+    torch = pytest.importorskip("torch")
+    w = (torch.randn(64, generator=torch.Generator().manual_seed(3)) * 8).to(torch.float8_e4m3fn)
+    path = str(tmp_path / "fp8.pt")
+    torch.save({"w.weight": w, "raw.weight": w.view(torch.uint8)}, path)
+    back = torch.load(path, weights_only=True)
+    assert back["w.weight"].untyped_storage().data_ptr() == back["raw.weight"].untyped_storage().data_ptr()
+    report = collect(open_checkpoint(path), all_roles=True).report
+    rows = {r["name"]: r for r in report["tensors"]}
+    assert report["skipped"] == [] and set(rows) == {"w.weight", "raw.weight"}
+    for name, dtype in (("w.weight", "F8_E4M3"), ("raw.weight", "U8")):
+        v = back[name].float().double().numpy()
+        assert (rows[name]["dtype"], rows[name]["mean"]) == (dtype, pytest.approx(v.mean(), rel=1e-12))

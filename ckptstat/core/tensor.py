@@ -93,12 +93,13 @@ class TensorInfo:
 
     @property
     def alias_key(self) -> tuple[object, ...]:
-        """Equal for two names that are the same tensor (same storage, offset, shape and stride). A tensor
-        with neither storage nor offset (ONNX values in typed fields, not raw bytes) is its own, and so is one of
-        no bytes: it has none to share (safetensors puts every 0-byte tensor at its neighbour's offset)."""
+        """Equal for two names that are the same tensor (same storage, offset, shape, stride and dtype: a float8
+        tensor and its uint8 view, which torch.save writes over one storage, are two tensors of other values). A
+        tensor with neither storage nor offset (ONNX values in typed fields, not raw bytes) is its own, and so is one
+        of no bytes: it has none to share (safetensors puts every 0-byte tensor at its neighbour's offset)."""
         if (self.storage is None and self.offset is None) or not self.nbytes:
             return (self.file, self.name)
-        return (self.file, self.storage, self.offset, self.shape, self.stride)
+        return (self.file, self.storage, self.offset, self.shape, self.stride, self.dtype)
 
 
 def check_name(file: str, name: object) -> None:

@@ -246,7 +246,9 @@ class SafeUnpickler(pickle._Unpickler):
             raise Refused(f"malformed storage id {str(pid)[:80]!r}")
         ref = StorageRef(key, stype.dtype, numel)
         prev = self.storages.setdefault(key, ref)
-        if prev.dtype != ref.dtype:
+        # an UntypedStorage is bytes, as a ByteStorage is: torch.save writes a float8 (or other v3) tensor's storage
+        # untyped and a uint8 view of it as a ByteStorage, and torch.load reads both as uint8 storages
+        if (prev.dtype or "U8") != (ref.dtype or "U8"):
             raise Refused(f"storage {key!r} is referenced with two dtypes")
         if view is not None:  # legacy storage views (torch < 0.4): (view_key, offset, view_size)
             if not (isinstance(view, tuple) and len(view) == 3 and isinstance(view[1], int) and view[1] >= 0):
