@@ -212,6 +212,8 @@ def test_anomalies(tmp_path) -> None:
                      ("encoder.layer.5.dense.weight", "all_zero"),
                      ("encoder.layer.6.dense.weight", "nan_or_inf")}
     assert "spread_outlier" in {f for row in r["tensors"] for f in row["flags"]}
+    detail = next(a["detail"] for a in r["anomalies"] if a["kind"] == "spread_outlier")
+    assert " of 7 encoder matrices " in detail, detail   # was "matrixs"
 
 
 def test_selection_filter_bucket_aliases() -> None:

@@ -17,6 +17,7 @@ ANOMALY_RULE = (
 Z_LIMIT = 3.5
 MAD_FLOOR = 0.1
 MIN_PEERS = 5
+PLURAL = {"vector": "vectors", "matrix": "matrices"}   # the kinds of peers
 
 
 def _median(a: np.ndarray) -> float:
@@ -69,6 +70,6 @@ def anomalies(rows: Table) -> list[dict]:
         for i, zi in zip(np.array(group)[far].tolist(), z[far].tolist()):
             out.append({"name": names[i], "kind": "spread_outlier",
                         "detail": f"std {float(stds[i]):.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
-                                  f"{kind}s (robust z {zi:+.1f})"})
+                                  f"{PLURAL[kind]} (robust z {zi:+.1f})"})
     rows.add_column("spread_z", spread_z)
     return out
