@@ -333,3 +333,15 @@ def test_two_dtypes_over_one_storage_are_two_tensors(tmp_path) -> None:
     for name, dtype in (("w.weight", "F8_E4M3"), ("raw.weight", "U8")):
         v = back[name].float().double().numpy()
         assert (rows[name]["dtype"], rows[name]["mean"]) == (dtype, pytest.approx(v.mean(), rel=1e-12))
+
+
+def test_mean_abs_of_an_integer_tensor_holding_its_minimum(tmp_path) -> None:
+    """The bug: |x| was taken in the tensor's own integer dtype, where abs(-32768) of an int16 (and int32's, int64's
+    minimum) wraps to itself: mean_abs read -10921.67 for [-32768, 1, 2] (numpy on the widened values: 10923.67)."""
+    torch = pytest.importorskip("torch")
+    t = {"i16.weight": torch.tensor([-32768, 1, 2], dtype=torch.int16),
+         "i32.weight": torch.full((5000,), -2**31, dtype=torch.int32),
+         "i64.weight": torch.tensor([-2**63, 1, 2], dtype=torch.int64)}
+    rows = {r["name"]: r for r in collect(open_checkpoint(_write(tmp_path, t)), all_roles=True).report["tensors"]}
+    for name, v in t.items():
+        assert rows[name]["mean_abs"] == pytest.approx(np.abs(v.numpy().astype(np.float64)).mean(), rel=1e-15), name

@@ -313,8 +313,8 @@ class Acc:
             widened = False
             total = float(np.add.reduce(x64))
             self.sum_abs += float(np.add.reduce(np.abs(x64)))
-        elif not widened:
-            self.sum_abs += float(np.add.reduce(np.abs(x), dtype=np.float64))
+        elif not widened:   # |x| of the float64 values: an integer's own abs wraps at its minimum (int16's -32768)
+            self.sum_abs += float(np.add.reduce(np.abs(x64)))
         mean = total / n
         if x64 is x:
             d = x64 - mean
