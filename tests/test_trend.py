@@ -304,3 +304,17 @@ def test_update_ratio_without_cancellation(tmp_path):
     b = torch.cat([back[1][k].double() for k in sorted(back[0])])
     want = float((b - a).std(unbiased=False) / a.std(unbiased=False))
     assert r["total"]["series"][1]["update_ratio"] == pytest.approx(want, rel=1e-9)
+
+
+def test_no_nan_from_float64_sums_that_overflow(tmp_path):
+    """The bug: float64 values above ~1e154 overflow the plain sums of squares, and a ratio of two infinite norms
+    was NaN in the report (rel_prev, rel_first, update_ratio: `NaN` in --json). Such a ratio is null now, as diff's
+    rel_l2 is; max_abs stays exact."""
+    for step, v in ((1, [1e200, 2e200]), (2, [1.5e200, 2e200])):
+        safetensors_torch.save_file({"model.layers.0.w.weight": torch.tensor(v, dtype=torch.float64)},
+                                    str(tmp_path / f"step_{step}.safetensors"))
+    r = trend([str(tmp_path)])
+    for series in (r["tensors"][0]["series"], r["total"]["series"]):
+        last = series[-1]
+        assert (last["rel_prev"], last["rel_first"], last["update_ratio"], last["max_abs_prev"]) == (None, None, None, 5e199)
+        assert not any(isinstance(x, float) and math.isnan(x) for row in series for x in row.values())

@@ -54,7 +54,9 @@ def _std(m2: float, n: int) -> float:
 
 
 def _ratio(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
+    """a / b; None where b is 0 or either is not finite (float64 values above ~1e154 overflow the sums of squares:
+    inf / inf was NaN in the report)."""
+    return a / b if b > 0 and math.isfinite(a) and math.isfinite(b) else None
 
 
 _W: dict[str, Any] = {}
