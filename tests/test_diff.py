@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from ckptstat import open_checkpoint
 from ckptstat.analysis.diff import diff, natural_key, parse_rules
 from ckptstat.errors import UsageError
+from ckptstat.render.diff import diff_markdown
 
 L = 6   # layers
 
@@ -462,3 +463,29 @@ def test_huge_float64_metrics(tmp_path) -> None:
     assert by["w"]["rel_l2"] == pytest.approx(float(np.linalg.norm(xs - ys) / np.linalg.norm(xs)), rel=1e-12)
     o = by["o"]
     assert (o["status"], o["nonfinite_mismatch"], o["max_abs"], o["rel_l2"]) == ("values", 0, np.inf, None)
+
+
+def test_summary_layers_of_an_encoder_decoder_are_per_stack(tmp_path) -> None:
+    """The bug: summary.layers was keyed by the layer index alone, so an encoder-decoder's encoder layer 1 and decoder
+    layer 1 were one row: a fine-tune of the decoder's layer 1 read '26 of 42 tensors changed' for 'layer 1', the
+    untouched encoder layer 1 inside it. Each stack's layer is its own row now (bucket, layer), as stats keys them."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BartConfig(vocab_size=64, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                                  decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32)
+    m = transformers.BartModel(cfg)
+    m.save_pretrained(str(tmp_path / "a"))
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.startswith("decoder.layers.1."):
+                p.add_(0.1)
+    m.save_pretrained(str(tmp_path / "b"))
+    r = diff(open_checkpoint(str(tmp_path / "a")), open_checkpoint(str(tmp_path / "b")))
+    changed = {(x["bucket"], x["layer"]): x["changed"] for x in r["summary"]["layers"]}
+    params = dict(m.named_parameters())
+    per_stack = {(stack, i): sum(n.startswith(f"{stack}.layers.{i}.") for n in params) for stack in ("encoder", "decoder")
+                 for i in range(2)}
+    assert changed == {**{k: 0 for k in per_stack}, ("decoder", 1): per_stack[("decoder", 1)]}
+    assert {(x["bucket"], x["layer"]): x["tensors"] for x in r["summary"]["layers"]} == per_stack
+    md = diff_markdown(r)
+    assert "| decoder.1 |" in md and "| encoder.1 |" in md

@@ -433,17 +433,18 @@ def _summary(rows: list[dict]) -> dict:
                 **counts, "mean_rel_l2": float(np.mean(rels)) if rels else None}
 
     buckets: dict[str, list[dict]] = {}
-    layers: dict[int, list[dict]] = {}
+    layers: dict[tuple[str, int], list[dict]] = {}   # a layer is its stack's: an encoder-decoder's encoder.1, decoder.1
     cells: dict[tuple[str, int, str], list[dict]] = {}
     for r in rows:
         buckets.setdefault(r["bucket"], []).append(r)
         if r["layer"] is not None:
-            layers.setdefault(r["layer"], []).append(r)
+            layers.setdefault((r["bucket"], r["layer"]), []).append(r)
             cells.setdefault((r["bucket"], r["layer"], module_in_layer(r["name"], r["layer"])), []).append(r)
     grid = [dict(agg(k, v), bucket=k[0], layer=k[1], module=k[2])
             for k, v in sorted(cells.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1], natural_key(kv[0][2])))]
     return {"buckets": [dict(agg(k, v), bucket=k) for k, v in sorted(buckets.items(), key=lambda kv: natural_key(kv[0]))],
-            "layers": [dict(agg(k, v), layer=k) for k, v in sorted(layers.items())],
+            "layers": [dict(agg(k[1], v), bucket=k[0], layer=k[1])
+                       for k, v in sorted(layers.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1]))],
             "grid": [{k: v for k, v in c.items() if k != "key"} for c in grid]}
 
 

@@ -7,7 +7,7 @@ import html
 from rich.console import Console, Group
 from rich.text import Text
 
-from .fmt import table, value_cell
+from .fmt import layer_label, table, value_cell
 from .names import Name, fit_names, inert, name_line, safe
 from .report_common import CSS
 from .report_common import html_table as _html_table
@@ -117,7 +117,7 @@ def render_diff(r: dict, console: Console) -> None:
     if r["summary"]["layers"] and layers:
         t = table("Per layer", "layer", "tensors", "changed", "mean rel L2")
         for x in r["summary"]["layers"]:
-            t.add_row(str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"]))
+            t.add_row(layer_label(x), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"]))
         console.print(t)
     if r["rows"]:
         t = table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
@@ -156,7 +156,8 @@ def diff_markdown(r: dict) -> str:
     if s["layers"]:
         lines += ["## Summary per layer", ""]
         lines += _md_table(["layer", "tensors", "changed", "mean rel L2"],
-                           [[str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])] for x in s["layers"]])
+                           [[_md(layer_label(x)), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])]
+                            for x in s["layers"]])
     for b in s["buckets"]:
         rows = [t for t in r["tensors"] if t["bucket"] == b["bucket"]]
         lines += [f"## {_md(b['bucket'])}", ""]
@@ -199,7 +200,7 @@ def diff_html(r: dict) -> str:
     if s["layers"]:
         out.append("<h2>Summary per layer</h2>")
         out += _html_table(["layer", "tensors", "changed", "mean rel L2"],
-                           [[str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])]
+                           [[layer_label(x), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])]
                             for x in s["layers"]], heat=3)
     from .diff_heatmap import heatmap_img  # matplotlib loads only here, for an HTML report
 

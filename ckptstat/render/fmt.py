@@ -112,6 +112,11 @@ def value_cell(v: object, width: int) -> str:
     return "-" if v is None else json.dumps(v)[:width]
 
 
+def layer_label(x: dict) -> str:
+    """A layer row's name, its stack (bucket) and its index: `encoder.1` (diff's and trend's layer rows)."""
+    return f"{x['bucket']}.{x['layer']}"
+
+
 def table(title: str, *columns: str) -> Table:
     t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for i, c in enumerate(columns):

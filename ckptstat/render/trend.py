@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import optimizer_mapping_lines
-from .fmt import table, value_cell
+from .fmt import layer_label, table, value_cell
 from .names import Name, fit_names, safe
 from .report_common import CSS, figure_png, html_table, img_tag, md_cell, md_table, num, plot_text
 
@@ -42,7 +42,7 @@ STEP_HEADER = ["step", "lr", *HEADER, "Adam v mean", "mean sqrt(v)"]
 def _last_rows(r: dict) -> list[tuple[str, dict, list[str]]]:
     """(group, its last step's row, its flags) for each bucket and layer."""
     out = [(b["bucket"], b["series"][-1], b["flags"]) for b in r["buckets"]]
-    return out + [(f"{x['bucket']}.{x['layer']}", x["series"][-1], x["flags"]) for x in r["layers"]]
+    return out + [(layer_label(x), x["series"][-1], x["flags"]) for x in r["layers"]]
 
 
 VALUE_LINES = 20   # non-tensor values that change listed in the terminal; the reports and --json have them all
@@ -137,7 +137,7 @@ def heatmap_png(r: dict) -> bytes | None:
     import numpy as np
     from matplotlib.figure import Figure
 
-    rows = [f"{x['bucket']}.{x['layer']}" for x in r["layers"]]
+    rows = [layer_label(x) for x in r["layers"]]
     values = np.array([[s["rel_prev"] if s["rel_prev"] is not None else math.nan for s in x["series"][1:]]
                        for x in r["layers"]], dtype=float)
     steps = [str(s["step"]) for s in r["steps"][1:]]
