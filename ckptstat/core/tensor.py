@@ -32,6 +32,8 @@ class TensorInfo:
     addressable, e.g. a compressed zip record: the format's reader then knows how to get them);
     stride is in elements and set only for a view that is not C-contiguous; storage names the
     buffer the bytes live in, so that two names over one storage and view are aliases (tied weights).
+    conj / neg are torch's conjugate and negative bits (a lazy `x.conj()` or negated view saved as one): the bytes
+    are stored as they are, and torch.load gives them conjugated / negated, as the values read here are.
     """
 
     name: str
@@ -44,6 +46,8 @@ class TensorInfo:
     stride: tuple[int, ...] | None = None
     storage: str | None = None
     extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+    conj: bool = False
+    neg: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.file, self.name)
@@ -85,6 +89,11 @@ class TensorInfo:
     @property
     def dt(self) -> dtypes.DType:
         return dtypes.get(self.dtype)
+
+    @property
+    def math_bits(self) -> bool:
+        """Whether the values read differ from the stored bytes' (conj / neg: Checkpoint reads them applied)."""
+        return self.conj or self.neg
 
     @property
     def byte_size(self) -> int:
@@ -173,6 +182,13 @@ def read_flat_file(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     with open_regular(info.file, buffering=0) as f:
         view = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
     return dtypes.decode(view, info.dtype, count, info.byteorder)
+
+
+def apply_math_bits(info: TensorInfo, values: NDArray[Any]) -> NDArray[Any]:
+    """Decoded values with the tensor's conjugate and negative bits applied, as torch.load gives them."""
+    if info.conj:
+        values = values.conj()
+    return -values if info.neg else values
 
 
 @dataclass
@@ -301,7 +317,7 @@ class Checkpoint:
             raise CheckpointError(info.file, f"tensor {info.name!r} holds strings, which have no numeric values")
         check_expansion(info)
         with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
-            return self._reader(info)(info, start, count)
+            return apply_math_bits(info, self._reader(info)(info, start, count))
 
     def read_elements(self, name: str, start: int, count: int) -> NDArray[Any]:
         """Elements [start, start + count) of the C-order flattened tensor, decoded."""
@@ -313,7 +329,7 @@ class Checkpoint:
         info = self.tensors[name]
         if info.dt.bits != 8 or info.dt.lanes != 1:
             raise ValueError(f"{name}: {info.dtype} elements are not one byte each")
-        return self._read(replace(info, dtype="U8"), start, count)
+        return self._read(replace(info, dtype="U8", conj=False, neg=False), start, count)
 
     def read(self, name: str) -> NDArray[Any]:
         """The whole tensor, decoded (bf16 and fp8 widen to float32; a packed element's values, F4_X2's two fp4,

@@ -49,8 +49,8 @@ DOMAINS = {"F16": "f16", "BF16": "bf16", **dict.fromkeys(BYTES, "bf16")}
 
 
 def plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
-    """Whether the tensor's bytes are one contiguous run of a file read by the default reader."""
-    return (info.offset is not None and ckpt.readers.get(info.file) is None
+    """Whether the tensor's bytes are one contiguous run of a file read by the default reader, its values as stored."""
+    return (info.offset is not None and ckpt.readers.get(info.file) is None and not info.math_bits
             and (info.stride is None or info.stride == contiguous_strides(info.shape)))
 
 

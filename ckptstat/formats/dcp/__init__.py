@@ -32,7 +32,7 @@ from ...core.chunked import Assembler
 from ...core.chunked import Box as _Chunk
 from ...core.files import file_size, open_regular
 from ...core.io import RawFile, Window, contiguous_strides, pread, read_view
-from ...core.tensor import read_flat_file
+from ...core.tensor import apply_math_bits, read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
 from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, Format, Probe, register
 from ..torch.allowlist import DTypeRef
@@ -223,7 +223,7 @@ class _Chunks(Assembler):
         in a temporary file while its values are read in blocks)."""
         item = c.item
         if item is None:
-            return read_flat_file(c.tensor, start, count)
+            return apply_math_bits(c.tensor, read_flat_file(c.tensor, start, count))
         if not extensions.decodable(item):
             raise CheckpointError(item.file, f"tensor {name!r} is stored through DCP stream extension "
                                              f"{extensions_text(item.extensions)}, which ckptstat does not decode")
@@ -241,7 +241,7 @@ class _Chunks(Assembler):
         _, out, t = self.decoded
         view = read_view(RawFile(out, item.file), t.offset or 0, t.dt.bits // 8, t.shape,
                          t.stride or contiguous_strides(t.shape), start, count)
-        return dtypes.decode(view, t.dtype, count, t.byteorder)
+        return apply_math_bits(t, dtypes.decode(view, t.dtype, count, t.byteorder))
 
 
 def _tensor_entries(path: str, meta: Record) -> Iterator[tuple[str, str, tuple[int, ...], list[Record]]]:
@@ -353,7 +353,7 @@ def open_dcp(path: str) -> Checkpoint:
             t = parts[0].tensor
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=t.file, offset=t.offset, nbytes=t.nbytes,
                                        byteorder=t.byteorder, stride=t.stride, storage=f"{t.file}@{t.offset}",
-                                       extra={"dcp_chunks": 1})
+                                       extra={"dcp_chunks": 1}, conj=t.conj, neg=t.neg)
         else:
             itemsize = dtypes.get(dtype).bits // 8
             first = parts[0].tensor.file if parts else path

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, NoReturn
+
+from ...core import dtypes
 
 # Legacy typed storage classes -> canonical dtype (docs/formats.md section 2 table).
 STORAGE_DTYPES = {
@@ -197,6 +199,8 @@ class TensorRef:
     offset: int                # in elements of dtype
     shape: tuple[int, ...]
     stride: tuple[int, ...]
+    conj: bool = False         # torch's conjugate and negative bits (a lazy x.conj() / negated view saved as one)
+    neg: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,9 +232,26 @@ def _rebuild_tensor(storage: object, offset: object, size: object, stride: objec
     return _tensor(storage, offset, size, stride, None)
 
 
+def _math_bits(ref: TensorRef, metadata: object) -> TensorRef:
+    """The tensor with the bits `metadata` sets, as torch._utils.set_tensor_metadata sets them: a key present sets its
+    bit whatever its bool value (torch.save writes {'conj': True} / {'neg': True}); other keys are ignored."""
+    if not metadata:
+        return ref
+    if not isinstance(metadata, dict):
+        raise Refused(f"tensor metadata is a {type(metadata).__name__}, not a dict")
+    conj, neg = "conj" in metadata, "neg" in metadata
+    if any(not isinstance(metadata[k], (bool, int)) for k in ("conj", "neg") if k in metadata):
+        raise Refused("tensor metadata's conj / neg is not a bool")
+    if conj and dtypes.get(ref.dtype).kind != "complex":
+        raise Refused(f"the conjugate bit set on a {ref.dtype} tensor (torch.load fails on it)")
+    if neg and ref.dtype == "BOOL":
+        raise Refused("the negative bit set on a BOOL tensor (torch cannot negate it)")
+    return replace(ref, conj=conj, neg=neg) if conj or neg else ref
+
+
 def _rebuild_tensor_v2(storage: object, offset: object, size: object, stride: object, requires_grad: object = False,
                        hooks: object = None, metadata: object = None) -> TensorRef:
-    return _tensor(storage, offset, size, stride, None)
+    return _math_bits(_tensor(storage, offset, size, stride, None), metadata)
 
 
 def _rebuild_tensor_v3(storage: object, offset: object, size: object, stride: object, requires_grad: object,
@@ -239,7 +260,7 @@ def _rebuild_tensor_v3(storage: object, offset: object, size: object, stride: ob
         raise Refused("_rebuild_tensor_v3 without a torch dtype")
     if dtype.dtype is None:
         raise Refused(f"dtype torch.{dtype.name} is not supported by ckptstat")
-    return _tensor(storage, offset, size, stride, dtype.dtype)
+    return _math_bits(_tensor(storage, offset, size, stride, dtype.dtype), metadata)
 
 
 def _rebuild_parameter(data: object, requires_grad: object = True, hooks: object = None,

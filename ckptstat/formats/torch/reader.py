@@ -57,7 +57,7 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
             offset=None if rec.offset is None else rec.offset + ref.offset * itemsize,
             nbytes=numel * itemsize, byteorder=byteorder if itemsize > 1 else "little",
             stride=None if contiguous else ref.stride, storage=ref.storage.key,
-            extra={"record": rec.record, "storage_byte_offset": ref.offset * itemsize},
+            extra={"record": rec.record, "storage_byte_offset": ref.offset * itemsize}, conj=ref.conj, neg=ref.neg,
         )
         views.setdefault(rec.key, set()).add((ref.offset, ref.shape, None if contiguous else ref.stride))
         used[rec.key] = max(used.get(rec.key, 0), end)
