@@ -1,7 +1,7 @@
 """One dtype table for every format.
 
 Canonical names are safetensors' dtype codes (docs/formats.md section 1), plus codes of ours for what
-other formats store: C128, STR, ONNX's I4 / U4, and torch's complex32, bcomplex32 and float4_e2m1fn_x2 (C32,
+other formats store: C128, STR, ONNX's I4 / U4 / I2 / U2, and torch's complex32, bcomplex32 and float4_e2m1fn_x2 (C32,
 BC32, F4_X2: safetensors, numpy and ONNX have no code for them; docs/formats.md section 2). Each reader maps
 its native codes into this table; nothing else branches on dtypes.
 Values are decoded with numpy alone: bf16 is widened by shifting its bits into a float32, the
@@ -108,6 +108,8 @@ _TABLE = [
     DType("F4_X2", 8, "float", None, lanes=2),   # torch float4_e2m1fn_x2: two F4 codes a byte, low nibble first
     DType("I4", 4, "int", None),     # ONNX INT4 / UINT4: two per byte, low nibble first (onnx.proto)
     DType("U4", 4, "uint", None),
+    DType("I2", 2, "int", None),     # ONNX INT2 / UINT2 (onnx 1.20+): four per byte, lowest bits first
+    DType("U2", 2, "uint", None),
     DType("STR", 0, "str", None),
 ]
 
@@ -239,8 +241,9 @@ def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteo
             parts = decode(buf, _COMPLEX_PARTS[dtype], 2 * count, byteorder)
             return parts.astype(np.float32).view(np.complex64)
         codes = unpack_bits(buf, d.bits // d.lanes, count * d.lanes)
-        if d.kind in ("int", "uint"):   # I4 / U4: 4-bit integers, sign-extended for I4
-            return (codes.astype(np.int8) ^ 8) - 8 if d.kind == "int" else codes
+        if d.kind in ("int", "uint"):   # I4 / U4, I2 / U2: sign-extended for I4 and I2
+            half = 1 << (d.bits - 1)
+            return (codes.astype(np.int8) ^ half) - half if d.kind == "int" else codes
         return lut(dtype)[codes]
     view_dtype = np.dtype(d.numpy)
     if byteorder == "big" and view_dtype.itemsize > 1:

@@ -4,7 +4,7 @@ onnx/docs/ExternalData.md).
 An `.onnx` file is one serialized ModelProto. Its tensors are the graph's initializers
 (GraphProto.initializer, field 5), its sparse initializers (field 15) and the tensors of its Constant
 nodes (NodeProto attribute `value` / `sparse_value`). A TensorProto holds its values in `raw_data`
-(little-endian, packed; 4-bit types two per byte, low nibble first), in a typed repeated field
+(little-endian, packed; 4-bit types two per byte, low nibble first, 2-bit four, 6-bit a bit stream), in a typed repeated field
 (float_data, int32_data, int64_data, double_data, uint64_data), or, with data_location EXTERNAL, in
 another file named by its `external_data` entries (location, offset, length).
 
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 ONNX_TYPES = {
     1: "F32", 2: "U8", 3: "I8", 4: "U16", 5: "I16", 6: "I32", 7: "I64", 8: "STR", 9: "BOOL", 10: "F16",
     11: "F64", 12: "U32", 13: "U64", 14: "C64", 15: "C128", 16: "BF16", 17: "F8_E4M3", 18: "F8_E4M3FNUZ",
-    19: "F8_E5M2", 20: "F8_E5M2FNUZ", 21: "U4", 22: "I4", 23: "F4", 24: "F8_E8M0",
+    19: "F8_E5M2", 20: "F8_E5M2FNUZ", 21: "U4", 22: "I4", 23: "F4", 24: "F8_E8M0", 25: "U2", 26: "I2",
+    27: "F6_E2M3", 28: "F6_E3M2",
 }
 # Field numbers (onnx.proto).
 M_GRAPH, M_OPSET = 7, 8                                      # ModelProto.graph, opset_import
@@ -138,19 +139,22 @@ class _Reader:
             span = info.extra["span"]
             assert isinstance(span, tuple)
             d = info.dt
-            if d.bits == 4:   # two elements per value, low nibble first: the bytes raw_data would hold
-                if start % 2:
+            per = _per_value(d.bits)
+            if per > 1:   # 4- and 2-bit elements packed in a byte a value, lowest bits first: raw_data's bytes
+                if start % per:
                     raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
-                packed = self.varints(info, span, start // 2, d.nbytes(count))
+                packed = self.varints(info, span, start // per, d.nbytes(count))
                 if packed.size and not 0 <= packed.min() <= packed.max() <= 0xFF:
-                    raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: a value of two 4-bit elements "
-                                                            "is not a byte")
+                    raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: a value of {per} {d.bits}-bit "
+                                                            "elements is not a byte")
                 return dtypes.decode(packed.astype(np.uint8), info.dtype, count)
             values = self.varints(info, span, start, count)
             if info.dtype in ("I64", "U64", "I32", "U32", "I16", "U16", "I8", "U8"):
                 return values.astype(d.numpy)
             if info.dtype == "BOOL":
                 return np.asarray(values != 0)
+            if d.bits == 6:   # one 6-bit code a value, its low 6 bits (numpy_helper.to_array masks the rest)
+                return np.take(dtypes.lut(info.dtype), values & 0x3F)
             # 16- and 8-bit floats: int32_data holds each value's bit pattern
             raw = values.astype("<u2" if d.bits == 16 else "|u1")
             return dtypes.decode(raw.view(np.uint8), info.dtype, count)
@@ -272,9 +276,15 @@ def _varint_blocks(info: TensorInfo, pos: int, size: int) -> tuple[list[int], li
     return offsets, before
 
 
+def _per_value(bits: int) -> int:
+    """Elements one int32_data value holds: 4-bit types two, 2-bit types four (a byte each), others one (FLOAT6: one
+    code a value, as onnx.helper.make_tensor writes them)."""
+    return 8 // bits if bits in (2, 4) else 1
+
+
 def _varint_count(info: TensorInfo) -> int:
-    """Values a tensor's int32_data holds: one per element, two per value for 4-bit types (onnx.proto)."""
-    return info.dt.nbytes(info.numel) if info.dt.bits == 4 else info.numel
+    """Values a tensor's int32_data holds (onnx.proto; _per_value)."""
+    return info.dt.nbytes(info.numel) if _per_value(info.dt.bits) > 1 else info.numel
 
 
 class _Model:
@@ -448,7 +458,7 @@ class _Model:
             if not n <= size <= 10 * n:
                 raise CorruptCheckpointError(self.path, f"tensor {label!r}: {size:,} bytes of varints cannot hold "
                                                         f"{n:,} values")
-            if (d.numpy is None and d.bits != 4) or d.kind == "complex" or d.bits > 64:
+            if (d.numpy is None and d.bits not in (2, 4, 6)) or d.kind == "complex" or d.bits > 64:
                 raise CorruptCheckpointError(self.path, f"tensor {label!r}: {dtype} values in a varint field")
             return TensorInfo(label, dtype, tuple(dims), self.path, None, size,
                               extra={**extra, "encoding": "varint", "span": (pos, size)})
