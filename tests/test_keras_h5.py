@@ -135,3 +135,22 @@ def test_truncated_h5(tmp_path):
         ckpt = open_checkpoint(p)
         for t in ckpt:
             ckpt.read(t.name)
+
+
+def test_null_dataspace_refused_by_name(tmp_path, cli):
+    """A dataset h5py writes with shape=None (h5py.Empty, a null dataspace: no shape, no values) is valid HDF5 that no
+    Keras loader can assign. It was refused as 'damaged HDF5 file: TypeError: 'NoneType' object is not iterable'
+    (found by the formats red-team pass): now one line naming the dataset and what it is."""
+    p = tmp_path / "w.h5"
+    with h5py.File(p, "w") as f:
+        f.attrs["backend"], f.attrs["keras_version"] = "tensorflow", "2.15.0"
+        f.attrs["layer_names"] = [b"d"]
+        g = f.create_group("d")
+        g.attrs["weight_names"] = [b"d/kernel:0"]
+        g.create_group("d").create_dataset("kernel:0", shape=None, dtype="f4")
+    with h5py.File(p) as f:
+        assert isinstance(f["d/d/kernel:0"][()], h5py.Empty)   # what h5py reads back
+    rc, out, err = cli("tensors", str(p))
+    assert (rc, out) == (1, "")
+    assert err.strip().splitlines() == [f"ckptstat: error: {p}: dataset '/d/d/kernel:0' has a null dataspace "
+                                        "(h5py.Empty): no shape, no values"]

@@ -30,7 +30,7 @@ from ..core.allocations import bounded
 from ..core.files import external_allowed, file_size, open_regular, refuse_external, regular
 from ..core.limits import limits
 from ..core.tensor import read_flat_file
-from ..errors import CorruptCheckpointError, MissingDependencyError, reading
+from ..errors import CheckpointError, CorruptCheckpointError, MissingDependencyError, reading
 from .keras_names import dense_layout
 from .registry import Format, Probe, register
 
@@ -171,6 +171,8 @@ def _dtype(dset: Any) -> tuple[str, str]:
 def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None, root: Any) -> TensorInfo:
     outside = _check_storage(dset, path, root)
     dtype, order = _dtype(dset)
+    if dset.shape is None:   # (h5py.Empty: a null dataspace, which Keras cannot load either)
+        raise CheckpointError(path, f"dataset {dset.name!r} has a null dataspace (h5py.Empty): no shape, no values")
     shape = tuple(int(d) for d in dset.shape)
     numel = math.prod(shape)
     # Allocated bytes: a dataset of unallocated chunks (read as its fill value) stores almost nothing,
