@@ -194,23 +194,32 @@ class TorchZip:
 class CheckedZipFile(zipfile.ZipFile):
     """zipfile trusts the end record's central-directory offset: too big a value makes every member's
     local-header offset negative (APPNOTE 4.3.16 arithmetic in zipfile._RealGetContents), and opening
-    a member then seeks before the file's start (OSError EINVAL). Refuse such members by name."""
+    a member then seeks before the file's start (OSError EINVAL). Refuse such members by name.
+    With crc=False a member's CRC-32 is not checked, as torch's reader (miniz built with
+    MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS) does not: torch.save with compute_crc32 off stores every CRC as 0."""
+
+    crc = True
 
     def open(self, name: str | zipfile.ZipInfo, mode: Literal["r", "w"] = "r", pwd: bytes | None = None, *,
              force_zip64: bool = False) -> IO[bytes]:
         info = name if isinstance(name, zipfile.ZipInfo) else self.getinfo(name)
         if info.header_offset < 0:
             raise zipfile.BadZipFile(f"member {info.filename!r} has a local header offset before the file's start")
-        return super().open(name, mode, pwd, force_zip64=force_zip64)
+        member = super().open(name, mode, pwd, force_zip64=force_zip64)
+        if not self.crc and isinstance(member, zipfile.ZipExtFile):
+            member._expected_crc = None   # type: ignore[attr-defined]   # (ZipExtFile._update_crc then checks nothing)
+        return member
 
 
-def zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
+def zip_open(path: str, f: IO[bytes], crc: bool = True) -> zipfile.ZipFile:
     """The zip in `f`; a URL's end records and (most) central directories are fetched in one request first (zipfile
-    looks for them in several small reads from the end)."""
+    looks for them in several small reads from the end). crc=False: members' CRC-32s unchecked (CheckedZipFile)."""
     size = f.seek(0, 2)
     prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])
     with reading(path, "damaged or truncated zip"):
-        return CheckedZipFile(f)
+        zf = CheckedZipFile(f)
+    zf.crc = crc
+    return zf
 
 
 def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int, ratio: int | None = None,
@@ -272,8 +281,9 @@ def read_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Conte
 
 def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Contents:
     """A torch.save zip read from `f` (`size` bytes: a whole file, or one item of a DCP `.distcp` file seen
-    through a window whose offsets start at 0); record offsets are `f`'s."""
-    zf = zip_open(path, f)
+    through a window whose offsets start at 0); record offsets are `f`'s. CRC-32s are not checked: torch.load does not
+    check them (CheckedZipFile)."""
+    zf = zip_open(path, f, crc=False)
     tz = torch_zip(path, zf)
     prefix = tz.folder + "/"
     byteorder = "little"

@@ -114,7 +114,7 @@ def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Check
     contents = read_zip(path, unpickler)
     ckpt = torch_checkpoint(path, "pytorch (zip)" if contents.script_classes is None else "torchscript (zip)", contents)
     if contents.compressed:
-        ckpt.readers[path] = ZipStreamReader(path)
+        ckpt.readers[path] = ZipStreamReader(path, crc=False)
         ckpt.notes.append("some storage records are compressed: values are read by streaming decompression")
     return ckpt
 

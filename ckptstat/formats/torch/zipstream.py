@@ -31,8 +31,8 @@ class ZipStreamReader:
 
     SKIP_BLOCK = 1 << 18  # bytes decompressed at a time when skipping or spilling
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, crc: bool = True):
+        self.path, self.crc = path, crc   # crc: check members' CRC-32s (not torch's: containers.CheckedZipFile)
         self._pid = 0
         self._file: IO[bytes] | None = None
         self._zip: zipfile.ZipFile | None = None
@@ -67,7 +67,7 @@ class ZipStreamReader:
         if member is None or record != self._record or lo < self._pos:
             self._close_member()
             self._file = open_regular(self.path)
-            self._zip = zip_open(self.path, self._file)
+            self._zip = zip_open(self.path, self._file, self.crc)
             member = self._member = self._zip.open(record)
             self._record, self._pos = record, 0
         try:
