@@ -148,6 +148,8 @@ def archives(tmp_path_factory):
                                                                ("model.weights.h5", b""), ("extra/evil.pkl", EVIL)])
     c["hardlink.tar"] = _tar(at("hardlink.tar"), "w", None, [("a.safetensors", EVIL),
                                                              ("a.pth", b"", tarfile.LNKTYPE, "a.safetensors")])
+    # torch.load hands only a path ending in `.safetensors`, exactly, to safetensors: it unpickles `model.SAFETENSORS`
+    c["upper-case.tar.gz"] = _tar(at("upper-case.tar.gz"), "w:gz", None, [("model/model.SAFETENSORS", EVIL)])
     c["symlink.tgz"] = _tar(at("symlink.tgz"), "w:gz", None, [("blobs/x.safetensors", EVIL),
                                                               ("snap/model.bin", b"", tarfile.SYMTYPE,
                                                                "../blobs/x.safetensors")])
@@ -211,7 +213,7 @@ def test_scan_says_unsafe_exactly_where_extracting_and_loading_runs_the_payload(
         if (r["status"] == "unsafe") != ran or r["status"] not in ("unsafe", "safe"):
             wrong.append((name, r["status"], ran, r["verdict"]))
     assert not wrong, wrong
-    assert ran_payload >= 17   # (the oracle ran most payloads: it is no loader that runs nothing)
+    assert ran_payload >= 18   # (the oracle ran most payloads: it is no loader that runs nothing)
 
 
 def test_an_archives_report_names_the_member(archives):

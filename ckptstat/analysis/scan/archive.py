@@ -271,11 +271,11 @@ def worth_judging(norm: str, head: bytes) -> bool:
     """Whether member `norm` (its path, normalised) with first bytes `head` is extracted to be judged: its name is a
     pickle's, Keras', a config's or code's; or its bytes could start what a loader reads (an archive, a numpy, GGUF,
     HDF5 or compressed file, or a pickle that runs a global before it could raise). Images, text and safetensors are
-    not: no loader reads a pickle from them, and a dataset's tar shards stay unwritten."""
-    low = norm.lower()
-    if pickle_named(low) or read_as_text(norm) or norm in SERVING_FILES:
+    not: no loader reads a pickle from them, and a dataset's tar shards stay unwritten. A name is safetensors' as
+    torch.load tells it, by its exact ending (it unpickles `model.SAFETENSORS`), as a folder scan does."""
+    if pickle_named(norm) or read_as_text(norm) or norm in SERVING_FILES:
         return True
-    if low.endswith(".safetensors") or not head or head.startswith(_PNG):
+    if norm.endswith(".safetensors") or not head or head.startswith(_PNG):
         return False
     return archive_kind(head) is not None or compressed_kind(head) is not None or head.startswith((NPY, GGUF)) or \
         head[0] in _PICKLE_STARTS or any(head[at:at + 8] == HDF5_SIGNATURE for at in (0, 512, 1024, 2048))
