@@ -92,3 +92,29 @@ def test_keras_weights_inflating_past_the_ratio_are_never_spilled(tmp_path, cli,
         rc, out, err = cli(command, str(path))
         assert rc == 1 and "model.weights.h5 inflates from" in err and err.count("\n") == 1, err
     assert not spilled
+
+
+def test_scan_bounds_a_deflated_pickle_and_the_walks_stack(tmp_path, cli):
+    """(A red team of scan, 2026-12-07.) A torch archive's data.pkl deflated 1000:1, 4 MB of NONE, POP from a 4 KB
+    record: the walk ran an opcode a byte of whatever the entry claimed (a 195 KB file of 200 MB: minutes; 4 GiB
+    claimed: hours), where the reader refuses past pickle_ratio. And 400,000 EMPTY_LISTs, one stack entry each (30 MB
+    of them, deflated to 30 KB, took 2.1 GB): the stack is charged as the memo is. Both unknown, exit 1."""
+    path = tmp_path / "deflated.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02" + b"N0" * 2_000_000 + b"N.")
+        z.writestr("archive/byteorder", b"little")
+    rc, out, err = cli("scan", str(path))
+    assert rc == 1 and "UNKNOWN" in out and "bytes scan decompresses of it" in " ".join(out.split()), out + err
+    n = 400_000
+    rc, out, err = cli("scan", pickle_zip(tmp_path / "lists.pt", b"\x80\x02" + b"]" * n + b"."))
+    budget = (limits().pickle_build_ratio * (n + 3) + BUILD_FLOOR) // MEMO_ENTRY_BYTES
+    assert rc == 1 and "UNKNOWN" in out and f"a stack of more than {budget:,} entries" in " ".join(out.split())
+    # a real save recompressed (its data.pkl deflated ~5:1) scans as before
+    sd = {f"model.layers.{i // 10}.block.w{i % 10}.weight": torch.zeros(1) for i in range(2_000)}
+    torch.save(sd, tmp_path / "many.pt")
+    with zipfile.ZipFile(tmp_path / "many.pt") as src, \
+            zipfile.ZipFile(tmp_path / "recompressed.pt", "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    rc, out, err = cli("scan", str(tmp_path / "recompressed.pt"))
+    assert rc == 0 and "safe: every global" in out, out + err

@@ -66,6 +66,12 @@ class Limits:
     remote_scan_bytes: int = 64 << 20
 
 
+    def inflated_pickle(self, compressed: int) -> int:
+        """The most bytes scan decompresses a compressed pickle to (a deflated data.pkl, a `.pkl.gz`): pickle_ratio x
+        its `compressed` bytes + 1 MiB, at most pickle_bytes; past it the rest is unknown."""
+        return min(self.pickle_bytes, self.pickle_ratio * compressed + (1 << 20))
+
+
 _current = Limits()
 
 

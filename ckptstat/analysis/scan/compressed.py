@@ -160,7 +160,7 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
         t.unknown.append("a zstd stream (pandas' .pkl.zst), which scan decompresses with the 'zstd' extra (zstandard is "
                          "not installed): pip install 'ckptstat[zstd]'")
     else:
-        bound = min(limits().pickle_bytes, limits().pickle_ratio * size + (1 << 20))
+        bound = limits().inflated_pickle(size)
         src = _Decompressed(f, size, name, bound)
         w, arrays = walk_joblib(src, f"the decompressed {name} stream", None, numpy_own, inline=name != COMPAT_NAME)
         if src.error and "memory" in src.error.lower():

@@ -50,6 +50,7 @@ from typing import IO, Any
 from ...core.archive_magic import codec
 from ...core.files import open_regular
 from ...core.io import prefetch
+from ...core.limits import limits
 from ...core.urls import file_name
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
@@ -57,6 +58,7 @@ from ...formats.dcp import extensions
 from ...formats.gguf import MAGIC as GGUF_MAGIC
 from ...formats.numpy_npy import MAGIC, MAX_MEMBERS, _header, header_end
 from ...formats.torch.containers import data_offset, zip_open
+from ...formats.torch.pickle_machine import IMPORTS
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
@@ -167,11 +169,10 @@ def _npz(t: Trace, f: IO[bytes], size: int, members: list[zipfile.ZipInfo]) -> N
             continue
 
         def inflated(at: int, s: int = start, i: zipfile.ZipInfo = info) -> InflateSource:
-            out = InflateSource(f, s, i.compress_size, i.file_size)
+            out = InflateSource(f, s, i.compress_size, i.file_size, cap=limits().inflated_pickle(i.compress_size))
             out.read(at)
             return out
-        plain += not _walk_array(t, info.filename, InflateSource(f, start, info.compress_size, info.file_size), None,
-                                 inflated)
+        plain += not _walk_array(t, info.filename, inflated(0), None, inflated)
     if plain:
         t.notes.append(f"{plain} member(s) of dtypes without Python objects: np.load reads no pickle for them")
 
@@ -269,9 +270,6 @@ def _keras_h5_configs(path: str, f: IO[bytes]) -> dict[str, Any]:
         return keras_report(path, "hdf5", [], "keras.saving.load_model") | {
             "verdict": "safe: no model_config attribute (weights only: load_weights reads arrays, runs nothing)"}
     return keras_report(path, "keras (h5)", configs, "keras.saving.load_model")
-
-
-IMPORTS = ("GLOBAL", "STACK_GLOBAL", "INST")   # the opcodes whose finding is a global the loader imports
 
 
 def _numpy_report(t: Trace) -> dict[str, Any]:
@@ -418,8 +416,7 @@ def judged_by_own_loader(t: Trace, local: bool = True) -> dict[str, Any] | None:
     if o is None or o.dcp and not dcp.is_metadata_head(t.head):
         return None
     for w, _ in t.walks:
-        w.findings = [fd for fd in w.findings if fd.name not in o.allowed]
-        w.plain_data -= o.allowed
+        w.accept_imports(o.allowed)
     if o.dcp and local:
         _dcp_items(t)
     elif o.dcp and any(DCP_ITEM in w.globals for w, _ in t.walks):

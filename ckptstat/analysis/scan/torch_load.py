@@ -30,6 +30,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ...core.limits import limits
 from ...core.tar import TarHeaderBound, bounded_tarinfo
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound, reading
 from ...formats.torch.allowlist import STORAGE_ITEMSIZE, allowed_name
@@ -112,7 +113,8 @@ def _member_source(f: IO[bytes], size: int, info: zipfile.ZipInfo) -> tuple[Sour
     if info.compress_type == zipfile.ZIP_STORED:
         return FileWindow(f, start, info.compress_size), None
     if info.compress_type == zipfile.ZIP_DEFLATED:
-        return InflateSource(f, start, info.compress_size, info.file_size), None
+        return InflateSource(f, start, info.compress_size, info.file_size,
+                             cap=limits().inflated_pickle(info.compress_size)), None
     return None, f"compression method {info.compress_type} (torch's reader inflates stored and deflated records only)"
 
 

@@ -43,7 +43,12 @@ CALLS_TRAINER_CLASS = {   # (data_classes.TRAINER_CLASSES: plain data only as th
 }
 USED_BESIDE_KEYS = ("outside torch's weights_only allowlist, and referenced other than as a dict's key (Lightning "
                     "before 1.5 keys `callbacks` by this class, which is harmless; called or passed on, it may run)")
+IMPORTS = ("GLOBAL", "STACK_GLOBAL", "INST")   # the opcodes whose finding is a global imported (and maybe called)
 REBUILD_FROM_TYPE = "torch._tensor._rebuild_from_type_v2"   # (func, new_type, args, state): calls func(*args)
+REBUILD_UNFOLLOWED = ("calls func(*args) with a func or args the walk does not know (made by a call: "
+                      "`tuple([...])`), so not which class it calls")
+KEYWORDS = ("NEWOBJ_EX (cls.__new__ with keyword arguments), which torch never writes and weights_only refuses: "
+            "torch.Tensor(cdata=n) and UntypedStorage(allocator=n) take n for a C++ pointer")
 BUILDS_GLOBAL = ("BUILD on the imported global itself (a class or function, not an object made from it): its "
                  "attributes are set, changing it for the whole loading process")
 
@@ -100,11 +105,16 @@ class Walk:
     lenient_from: int | None = None
     lenient_loaders: str = ""
 
-    def accept(self, names: frozenset[str]) -> None:
-        """Globals a loader's own unpickling imports (numpy's, joblib's), accepted beside torch's allowlist."""
-        self.findings = [fd for fd in self.findings if fd.name not in names]
-        self.globals = {n: ok or n in names for n, ok in self.globals.items()}
+    def accept_imports(self, names: frozenset[str]) -> None:
+        """Globals a loader's own unpickling imports, accepted beside torch's allowlist: their imports are no
+        finding. What the pickle does with them stays one (a BUILD on the class itself, NEWOBJ_EX of it)."""
+        self.findings = [fd for fd in self.findings if fd.name not in names or fd.opcode not in IMPORTS]
         self.plain_data -= names
+
+    def accept(self, names: frozenset[str]) -> None:
+        """accept_imports, and the globals table says they are allowed (numpy's, joblib's own unpickling)."""
+        self.accept_imports(names)
+        self.globals = {n: ok or n in names for n, ok in self.globals.items()}
 
     @property
     def unknown(self) -> str | None:
@@ -189,7 +199,6 @@ class Machine:
         self.stack: list[object] = []
         self.marks: list[int] = []
         self.memo: dict[int, object] = {}
-        self.memo_exact = True            # False once a PUT index could not be read exactly
         self.buf_end: int | None = None   # end of the frame the unpickler holds in its buffer
         self.op_at = 0
         self.keyed: dict[str, KeyUse] = {}
@@ -293,9 +302,12 @@ class Machine:
             kind = TRAINER_CLASSES[fn.name]
             if kind == "object" or not (isinstance(args, tuple) and len(args) == 1):
                 self.w.findings.append(Finding(self.op_at, "call", fn.name, CALLS_TRAINER_CLASS[kind]))
-        if init and isinstance(fn, Global) and fn.name == REBUILD_FROM_TYPE and isinstance(args, tuple) \
-                and len(args) == 4 and isinstance(args[2], tuple):
-            self.made(args[0], args[2], True)   # it calls func(*args) (torch/_tensor.py): judged as that call
+        if init and isinstance(fn, Global) and fn.name == REBUILD_FROM_TYPE:
+            # it calls func(*args) (torch/_tensor.py): judged as that call; torch's pickler writes both literally
+            if isinstance(args, tuple) and len(args) == 4 and isinstance(args[0], Global) and isinstance(args[2], tuple):
+                self.made(args[0], args[2], True)
+            else:
+                self.w.findings.append(Finding(self.op_at, "call", fn.name, REBUILD_UNFOLLOWED))
         return UNKNOWN if self.builds is None else self.builds.made(self, fn, args, init)
 
     def built(self, obj: object, state: object) -> object:

@@ -11,7 +11,9 @@ from dataclasses import replace
 
 from ...core.limits import limits
 from .pickle_machine import (
+    KEYWORDS,
     LONG_STR,
+    MAX_LINE,
     MAX_OPS,
     MAX_TRACKED,
     PURE_PYTHON_LOADERS,
@@ -19,6 +21,8 @@ from .pickle_machine import (
     Buffering,
     Builds,
     Fail,
+    Finding,
+    Global,
     Incomplete,
     Machine,
     Opaque,
@@ -26,7 +30,7 @@ from .pickle_machine import (
     certainly_not_str,
     text_int,
 )
-from .streams import Source, Truncated
+from .streams import PastBound, Source, Truncated
 from .unpickler import BUILD_FLOOR, MEMO_ENTRY_BYTES
 
 # The weights_only unpickler's opcodes (torch/_weights_only_unpickler.py Unpickler.load): anything
@@ -54,6 +58,10 @@ def _run(m: Machine) -> None:
             w.incomplete = (f"offset {m.op_at}: a memo of more than {max_memo:,} entries from {src.length:,} bytes "
                             "of pickle (--limit pickle_build_ratio), scan stopped")
             return
+        if len(m.stack) > max_memo:   # (an EMPTY_LIST a byte: a new list an entry, as a memo entry costs)
+            w.incomplete = (f"offset {m.op_at}: a stack of more than {max_memo:,} entries from {src.length:,} bytes "
+                            "of pickle (--limit pickle_build_ratio), scan stopped")
+            return
         w.opcodes += 1
         code = m.opcode()
         if code not in WEIGHTS_ONLY_OPS and w.weights_only is None:
@@ -79,7 +87,7 @@ def walk(src: Source, record: str, start: int | None, *, object_pickle: bool = F
     m = Machine(src, w, object_pickle, persistent, torch_remap, buffering, builds)
     try:
         _run(m)
-    except Incomplete as e:
+    except (Incomplete, PastBound) as e:
         w.incomplete = f"offset {m.op_at}: {e}"
     except Truncated:
         if w.failure is None:   # (else the unpickler raised before: what lenient loaders read on is the walk's too)
@@ -182,6 +190,8 @@ def _newobj_ex(m: Machine) -> None:
     m.pop()
     args = m.pop()
     cls = m.pop()
+    m.w.findings.append(Finding(m.op_at, "NEWOBJ_EX", cls.name if isinstance(cls, Global) else
+                                "<a class NEWOBJ_EX builds, scan cannot name>", KEYWORDS))
     m.push(m.made(cls, args, False))
 
 
@@ -291,23 +301,26 @@ def _dict(m: Machine) -> None:
     m.push(m.new_dict(items))
 
 
-def _get_value(m: Machine, idx: object) -> None:
-    if isinstance(idx, int) and idx in m.memo:
-        m.push(m.memo[idx])
-        if m.keyed:
-            m.pushed_again(m.memo[idx])
-    elif isinstance(idx, int) and m.memo_exact:
+def _get_value(m: Machine, idx: int) -> None:
+    if idx not in m.memo:
         raise Fail(f"memo value not found at index {idx}")
-    else:
-        m.push(UNKNOWN)
+    m.push(m.memo[idx])
+    if m.keyed:
+        m.pushed_again(m.memo[idx])
 
 
-def _line_index(m: Machine) -> object:
+def _line_index(m: Machine) -> int:
+    """A text GET / PUT index as the C unpickler reads it: PyLong_FromString(line, NULL, 10), which stops at a NUL and
+    takes white space around the digits (int() of the same ASCII text: the one parser). The memo is the one place a
+    value comes back from: an index the walk cannot read would hide what it fetches (a class then called), so a line
+    longer than the walk keeps (70,000 spaces, then a digit) leaves the rest unknown."""
     line, long = m.readline()
+    if long:
+        raise Incomplete(f"a memo index on a line of more than {MAX_LINE:,} bytes (white space the unpickler skips)")
     try:
-        return UNKNOWN if long else int(line.decode("ascii"), 10)
+        return int(line.split(b"\0", 1)[0].decode("ascii"), 10)
     except (ValueError, UnicodeDecodeError):
-        return UNKNOWN
+        raise Fail("invalid memo index") from None
 
 
 def _get_text(m: Machine) -> None:
@@ -320,14 +333,11 @@ def _get_bin(size: int) -> _Handler:
     return run
 
 
-def _put_value(m: Machine, idx: object) -> None:
+def _put_value(m: Machine, idx: int) -> None:
     value = m.top()
-    if isinstance(idx, int):
-        if idx < 0:
-            raise Fail("negative PUT argument")
-        m.memo[idx] = value
-    else:
-        m.memo_exact = False
+    if idx < 0:
+        raise Fail("negative PUT argument")
+    m.memo[idx] = value
 
 
 def _put_text(m: Machine) -> None:
@@ -341,9 +351,7 @@ def _put_bin(size: int) -> _Handler:
 
 
 def _memoize(m: Machine) -> None:
-    value = m.top()
-    if m.memo_exact:
-        m.memo[len(m.memo)] = value
+    m.memo[len(m.memo)] = m.top()
 
 
 def _list(m: Machine) -> None:

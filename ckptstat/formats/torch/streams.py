@@ -13,6 +13,10 @@ class Truncated(Exception):
     """The stream ended inside an opcode: the C unpickler says 'pickle data was truncated'."""
 
 
+class PastBound(Exception):
+    """A compressed stream goes on past the bytes scan decompresses of it (`cap`): what follows is unknown."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Byte sources: a window of a seekable file, bytes in memory, a deflate stream. Each reads at most
 # its length, and skips big arguments without keeping them.
@@ -146,14 +150,17 @@ class BytesSource(Source):
 
 class InflateSource(Source):
     """A raw-deflate zip member decompressed as it is read: at most `length` bytes come out, from at
-    most `compressed` bytes read at `start`. `error` is set if the stream is damaged."""
+    most `compressed` bytes read at `start`. `error` is set if the stream is damaged. `cap`: past that many
+    bytes out, a read raises PastBound (deflate reaches 1032:1: a walk of what a small file inflates to is bounded by
+    the file, as the reader's pickle_ratio bounds data.pkl)."""
 
-    def __init__(self, f: IO[bytes], start: int, compressed: int, length: int):
+    def __init__(self, f: IO[bytes], start: int, compressed: int, length: int, cap: int | None = None):
         super().__init__(length)
         self.raw = FileWindow(f, start, compressed)
         self.z = zlib.decompressobj(-15)
         self.produced = 0
         self.error: str | None = None
+        self.cap = length if cap is None else cap
 
     def _fill(self, n: int) -> bytes:
         out = b""
@@ -163,8 +170,11 @@ class InflateSource(Source):
                 if self.raw.left() <= 0 or self.z.eof:
                     break
                 data = self.raw.read(min(_CHUNK, self.raw.left()))
+            if self.produced >= self.cap:
+                raise PastBound(f"it inflates past the {self.cap:,} bytes scan decompresses of it (--limit "
+                                "pickle_ratio=N, pickle_bytes=N)")
             try:
-                out = self.z.decompress(data, min(max(n, _CHUNK), self.length - self.produced))
+                out = self.z.decompress(data, min(max(n, _CHUNK), self.length - self.produced, self.cap - self.produced))
             except zlib.error as e:
                 self.error = str(e)
                 break
