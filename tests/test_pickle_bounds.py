@@ -105,6 +105,15 @@ def test_scan_bounds_a_deflated_pickle_and_the_walks_stack(tmp_path, cli):
         z.writestr("archive/byteorder", b"little")
     rc, out, err = cli("scan", str(path))
     assert rc == 1 and "UNKNOWN" in out and "bytes scan decompresses of it" in " ".join(out.split()), out + err
+    # an .npz object member alike (np.load streams it), and one whose header alone inflates past the bound
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+    for name, pad, body in (("nops.npz", 0, b"N0" * 2_000_000), ("header.npz", 3_000_000, b"")):
+        text = (header + " " * pad + "\n").encode()
+        with zipfile.ZipFile(tmp_path / name, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("a.npy", b"\x93NUMPY\x02\x00" + len(text).to_bytes(4, "little") + text + b"\x80\x02" + body
+                       + b"]N\x85b.")
+        rc, out, err = cli("scan", str(tmp_path / name))
+        assert rc == 1 and "UNKNOWN" in out and "bytes scan decompresses of it" in " ".join(out.split()), out + err
     n = 400_000
     rc, out, err = cli("scan", pickle_zip(tmp_path / "lists.pt", b"\x80\x02" + b"]" * n + b"."))
     budget = (limits().pickle_build_ratio * (n + 3) + BUILD_FLOOR) // MEMO_ENTRY_BYTES

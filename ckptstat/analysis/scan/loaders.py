@@ -60,7 +60,7 @@ from ...formats.numpy_npy import MAGIC, MAX_MEMBERS, _header, header_end
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_machine import IMPORTS
 from ...formats.torch.pickle_walk import walk
-from ...formats.torch.streams import FileWindow, InflateSource, Source
+from ...formats.torch.streams import FileWindow, InflateSource, PastBound, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
@@ -118,22 +118,27 @@ def _walk_array(t: Trace, member: str, head_src: Source, start: int | None, src_
     """Walk the pickle of one .npy stream's object array (`head_src` reads the stream from its start); False when its
     dtype holds no objects (no pickle). np.load(allow_pickle=True) lifts max_header_size (numpy's read_array) and
     reads a Python 2 header's `3L`: any header is read, as far as SCAN_HEADER (past it the verdict is unknown)."""
-    first = head_src.read(min(12, head_src.left()))
-    rest = header_end(first) - len(first)
-    if rest > SCAN_HEADER:
-        t.unknown.append(f"{member}: a .npy header of {rest + len(first):,} bytes, which np.load(allow_pickle=True) "
-                         f"reads; scan reads at most {SCAN_HEADER:,}")
+    try:   # (a deflated member's header inflating past what scan decompresses of it: PastBound)
+        first = head_src.read(min(12, head_src.left()))
+        rest = header_end(first) - len(first)
+        if rest > SCAN_HEADER:
+            t.unknown.append(f"{member}: a .npy header of {rest + len(first):,} bytes, which np.load(allow_pickle=True) "
+                             f"reads; scan reads at most {SCAN_HEADER:,}")
+            return True
+        head = first + head_src.read(min(max(rest, 0), head_src.left()))
+        items = sum(head.count(c) for c in _ITEM_BYTES)
+        if items > SCAN_HEADER_ITEMS:
+            t.unknown.append(f"{member}: a .npy header of {len(head):,} bytes whose literal may hold {items:,} items, "
+                             f"which np.load(allow_pickle=True) parses; scan parses at most {SCAN_HEADER_ITEMS:,}")
+            return True
+        at, header = _header(t.path, head, member, SCAN_HEADER)
+        if not _has_objects(header["descr"]):
+            return False
+        src = src_of(at)
+    except PastBound as e:
+        t.unknown.append(f"{member}: {e}")
         return True
-    head = first + head_src.read(min(max(rest, 0), head_src.left()))
-    items = sum(head.count(c) for c in _ITEM_BYTES)
-    if items > SCAN_HEADER_ITEMS:
-        t.unknown.append(f"{member}: a .npy header of {len(head):,} bytes whose literal may hold {items:,} items, which "
-                         f"np.load(allow_pickle=True) parses; scan parses at most {SCAN_HEADER_ITEMS:,}")
-        return True
-    at, header = _header(t.path, head, member, SCAN_HEADER)
-    if not _has_objects(header["descr"]):
-        return False
-    w = walk(src_of(at), member, None if start is None else start + at)
+    w = walk(src, member, None if start is None else start + at)
     t.reach(w)
     if w.failure:
         t.notes.append(f"{member}: np.load(allow_pickle=True) raises at offset {w.fail_at}: {w.failure}")

@@ -56,7 +56,7 @@ def judge_package(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
 
 def _walk(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo) -> None:
     """Walk a record as a pickle; kept when it is one (it walks to STOP, or imports something on the way)."""
-    src, why = _member_source(f, size, info)
+    src, why = _member_source(f, size, info, walked=True)
     if src is None:
         t.unknown.append(f"{info.filename}: cannot be read ({why})")
         return

@@ -97,7 +97,7 @@ def _nested(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, where: str
     if isinstance(src, FileWindow):
         follow(sub, Window(f, src.start, src.length), src.length)   # type: ignore[arg-type]  # (an io.RawIOBase)
     else:   # inflated whole, as torch's reader extracts a record before torch.load reads it
-        cap = limits().pickle_bytes
+        cap = limits().inflated_pickle(info.compress_size)
         if info.file_size > cap:
             t.unknown.append(f"{where}: a deflated record of {info.file_size:,} bytes; scan inflates at most {cap:,}")
             return
@@ -115,7 +115,7 @@ def _read(src: Source, n: int) -> bytes:
 
 def _plain(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, where: str, script: bool) -> None:
     """One pickle read whole from a record: pickle.loads, or TorchScript's unpickler (`script`)."""
-    src, why = _member_source(f, size, info)
+    src, why = _member_source(f, size, info, walked=True)
     if src is None:
         t.unknown.append(f"{where}: cannot be read ({why})")
         return

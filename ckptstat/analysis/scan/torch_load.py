@@ -98,8 +98,9 @@ class Trace:
 # ---------------------------------------------------------------------------------------------
 # zip
 
-def _member_source(f: IO[bytes], size: int, info: zipfile.ZipInfo) -> tuple[Source | None, str | None]:
-    """The bytes miniz's extract gives for an entry, or why it cannot give them."""
+def _member_source(f: IO[bytes], size: int, info: zipfile.ZipInfo, walked: bool = False) -> tuple[Source | None, str | None]:
+    """The bytes miniz's extract gives for an entry, or why it cannot give them. `walked`: a pickle walked as it is
+    inflated, at most to `limits().inflated_pickle` (the walk is unknown past it)."""
     if info.header_offset < 0 or info.header_offset + 30 > size:
         return None, f"its local header offset {info.header_offset} is outside the file"
     f.seek(info.header_offset)
@@ -113,14 +114,14 @@ def _member_source(f: IO[bytes], size: int, info: zipfile.ZipInfo) -> tuple[Sour
     if info.compress_type == zipfile.ZIP_STORED:
         return FileWindow(f, start, info.compress_size), None
     if info.compress_type == zipfile.ZIP_DEFLATED:
-        return InflateSource(f, start, info.compress_size, info.file_size,
-                             cap=limits().inflated_pickle(info.compress_size)), None
+        cap = limits().inflated_pickle(info.compress_size) if walked else None
+        return InflateSource(f, start, info.compress_size, info.file_size, cap=cap), None
     return None, f"compression method {info.compress_type} (torch's reader inflates stored and deflated records only)"
 
 
 def _walk_member(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, reached: bool) -> Walk:
     record = info.filename
-    src, why = _member_source(f, size, info)
+    src, why = _member_source(f, size, info, walked=True)
     if src is None:
         w = Walk(record, None, failure=f"cannot be read: {why}")
         t.walks.append((w, False))
