@@ -469,3 +469,22 @@ def test_a_callback_class_used_beside_keys_is_unsafe(tmp_path, case):
     r = scan(path)
     assert r["status"] == "unsafe" and r["unsafe_globals"] == [MODEL_CHECKPOINT], r["verdict"]
     assert r["plain_data_globals"] == []
+
+
+def test_a_callback_class_handed_back_by_a_persistent_id_and_called_is_unsafe(tmp_path):
+    """(A red team of scan, 2026-12-07.) In the legacy stream torch's persistent_load hands back a ('module', cls, '',
+    '') id's class: the id's tuple, memoised, fetched again and handed over a second time gives a copy of the class
+    that no GLOBAL, GET or DUP pushed. One copy a dict's key, the other called: the walk counted one push, one key."""
+    text = b"X\x06\x00\x00\x00module"
+    pid = b"(" + text + b"c" + _module_name(MODEL_CHECKPOINT) + b"X\x00\x00\x00\x00X\x00\x00\x00\x00tq\x00"
+    main = b"\x80\x02}" + pid + b"QX\x01\x00\x00\x00vs" + b"h\x00Q)R0."
+    sysinfo = pickle.dumps({"protocol_version": 1001, "little_endian": True,
+                            "type_sizes": {"short": 2, "int": 4, "long": 4}}, protocol=2)
+    path = tmp_path / "sd.ckpt"
+    path.write_bytes(pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2) + sysinfo
+                     + main + pickle.dumps([], protocol=2))
+    code = CALLBACK_STUB + f"stub({MODEL_CHECKPOINT!r})\n" + DIFFERENTIAL_LOADER
+    library_runner.python(code, str(path), cwd=str(tmp_path))
+    assert (tmp_path / "called-marker").exists()
+    r = scan(path)
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == [MODEL_CHECKPOINT], r["verdict"]

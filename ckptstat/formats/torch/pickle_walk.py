@@ -163,7 +163,10 @@ def _binpersid(m: Machine) -> None:
     if not m.persistent:
         m.note_weights_only("persistent id outside the object pickle")
         raise Fail("a persistent id without a persistent_load")
-    m.push(_persisted(m, pid))
+    value = _persisted(m, pid)
+    m.push(value)
+    if m.keyed:
+        m.pushed_again(value)   # (a class handed back is one more reference: a memoised id gives it again and again)
 
 
 def _persisted(m: Machine, pid: object) -> object:
