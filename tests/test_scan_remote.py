@@ -229,3 +229,31 @@ def test_hf_repo_and_s3_prefix(corpus, monkeypatch):
         sources.reset()
         s3 = scan_path("s3://zoo/scan")
     assert s3["files"] == local["files"] and s3["totals"] == local["totals"]
+
+
+class _Mkdir:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+def test_a_url_fragment_is_no_part_of_the_name(tmp_path):
+    """(A red team of scan, 2026-12-07.) `URL/evil.pt#.safetensors`: no client sends the fragment, and
+    torch.hub.load_state_dict_from_url names its download by the URL's path (`evil.pt`) and torch.loads it (the
+    payload ran); scan took the name for safetensors': "no pickle to scan", exit 2."""
+    served = tmp_path / "served"
+    served.mkdir()
+    marker = tmp_path / "payload-ran"
+    torch.save({"w": torch.zeros(2), "x": _Mkdir(str(marker))}, served / "evil.pt")
+    with Server(str(served)) as s:
+        url = f"{s.url}/evil.pt#.safetensors"
+        code = (f"import torch, warnings\nwarnings.simplefilter('ignore')\ntry:\n    torch.hub.load_state_dict_from_url("
+                f"{url!r}, model_dir={str(tmp_path / 'hub')!r}, weights_only=False, progress=False)\n"
+                "except Exception:\n    pass\n")
+        subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
+        assert marker.exists()
+        sources.reset()
+        r = scan_path(url)
+    assert r["status"] == "unsafe", r["verdict"]

@@ -68,6 +68,12 @@ def basename(url: str) -> str:
     return posixpath.basename(url.split("://", 1)[-1].split("?", 1)[0].rstrip("/"))
 
 
+def download_name(url: str) -> str:
+    """The name a download of `url` is saved and loaded under: its basename, and for http(s) without its fragment,
+    which no client sends (torch.hub's load_state_dict_from_url names the file by the URL's path alone)."""
+    return basename(url.split("#", 1)[0] if scheme(url) in ("http", "https") else url)
+
+
 def file_name(path: str) -> str:
     """The last part of a local path or a URL (its query left out): the name a loader goes by."""
     return basename(path) if is_url(path) else os.path.basename(path)

@@ -28,7 +28,7 @@ from ...core.archive_magic import archive_kind
 from ...core.files import open_regular, size_of
 from ...core.io import SeekableReader, pread, prefetch
 from ...core.limits import limits
-from ...core.urls import basename, redact
+from ...core.urls import download_name, redact
 from ...errors import CheckpointError, CorruptCheckpointError, reading
 from .archive import LOADER as ARCHIVE_LOADER
 from .archive import Judge, also_archive, judge_archive, worse
@@ -85,7 +85,7 @@ def _unknown(t: Trace, why: str) -> Trace:
 def trace_url(url: str) -> Trace:
     """Follow torch.load through the remote file `url` (see the module doc)."""
     t = Trace(url)
-    if basename(url).endswith(".safetensors"):
+    if download_name(url).endswith(".safetensors"):
         t.format = "safetensors (by name)"
         t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
         return t
