@@ -488,3 +488,30 @@ def test_a_callback_class_handed_back_by_a_persistent_id_and_called_is_unsafe(tm
     assert (tmp_path / "called-marker").exists()
     r = scan(path)
     assert r["status"] == "unsafe" and r["unsafe_globals"] == [MODEL_CHECKPOINT], r["verdict"]
+
+
+@pytest.mark.parametrize("kind", ["dict", "list"])
+def test_a_type_only_named_called_on_a_config_is_unsafe(tmp_path, kind):
+    """(A red team of scan, 2026-12-07.) `builtins.dict` and the other types omegaconf's metadata names are plain data
+    as names; called on a DictConfig or ListConfig (dict(cfg), list(cfg), str(cfg)) they read its values, which
+    resolves its interpolations with the loading process's resolvers: `${eval:...}` ran code under torch.load in a
+    process that registered `eval` (as Hydra projects do). (str(cfg) does not resolve; any call with arguments is a
+    finding all the same: str(x) runs x's __str__.)"""
+    from omegaconf import OmegaConf
+    marker = tmp_path / "resolved-marker"
+    text = "${eval:\"open('resolved-marker', 'w').close() or 1\"}"   # (the loader's folder is tmp_path)
+    cfg = OmegaConf.create({"a": text}) if kind != "list" else OmegaConf.create([text])
+
+    class Call:
+        def __reduce__(self):
+            return {"dict": dict, "list": list}[kind], (cfg,)
+
+    path = tmp_path / "last.ckpt"
+    torch.save({"w": torch.zeros(2), "hparams": Call()}, path)
+    code = ("import torch, warnings\nwarnings.simplefilter('ignore')\nfrom omegaconf import OmegaConf\n"
+            "OmegaConf.register_new_resolver('eval', eval)\n"
+            f"torch.load({str(path)!r}, weights_only=False)\n")
+    library_runner.python(code, cwd=str(tmp_path))
+    assert marker.exists()
+    r = scan(path)
+    assert r["status"] == "unsafe" and f"builtins.{kind}" in r["unsafe_globals"], r["verdict"]

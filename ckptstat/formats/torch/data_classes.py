@@ -375,6 +375,10 @@ TABLE: dict[str, DataGlobal] = {g.name: g for g in (
 # named is a value.
 # `builtins.getattr` is how a pickle reaches any callable (`getattr(module_object, "system")`): a finding, always.
 PLAIN_DATA: frozenset[str] = frozenset(TABLE) - {"builtins.getattr"} - set(TRAINER_CLASSES)
+# The types the table holds only as names (omegaconf's metadata: `builtins.dict`, `typing.Any`...): plain data while
+# named; called or built with arguments they run the arguments' own methods (dict(cfg) and list(cfg) read a config's
+# values, resolving its interpolations with the loading process's resolvers), so scan judges that a finding.
+NAMED_ONLY: frozenset[str] = frozenset(n for n, g in TABLE.items() if g.new is None and g.call is None)
 
 
 def data_note(met: frozenset[str]) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .allowlist import STORAGE_ITEMSIZE, allowed_name, weights_only_allows
-from .data_classes import CALLBACK_KEYS, PLAIN_DATA, TRAINER_CLASSES
+from .data_classes import CALLBACK_KEYS, NAMED_ONLY, PLAIN_DATA, TRAINER_CLASSES
 from .streams import Source, Truncated
 
 MAX_OPS = 4_000_000          # opcodes walked in one pickle (unpickler.MAX_OPS)
@@ -45,6 +45,8 @@ USED_BESIDE_KEYS = ("outside torch's weights_only allowlist, and referenced othe
                     "before 1.5 keys `callbacks` by this class, which is harmless; called or passed on, it may run)")
 IMPORTS = ("GLOBAL", "STACK_GLOBAL", "INST")   # the opcodes whose finding is a global imported (and maybe called)
 REBUILD_FROM_TYPE = "torch._tensor._rebuild_from_type_v2"   # (func, new_type, args, state): calls func(*args)
+CALLS_NAMED_TYPE = ("a type plain data only names, called or built with arguments: it runs their own methods (dict(cfg) "
+                    "and list(cfg) read an omegaconf config's values, resolving its interpolations)")
 REBUILD_UNFOLLOWED = ("calls func(*args) with a func or args the walk does not know (made by a call: "
                       "`tuple([...])`), so not which class it calls")
 KEYWORDS = ("NEWOBJ_EX (cls.__new__ with keyword arguments), which torch never writes and weights_only refuses: "
@@ -302,6 +304,8 @@ class Machine:
             kind = TRAINER_CLASSES[fn.name]
             if kind == "object" or not (isinstance(args, tuple) and len(args) == 1):
                 self.w.findings.append(Finding(self.op_at, "call", fn.name, CALLS_TRAINER_CLASS[kind]))
+        if isinstance(fn, Global) and fn.name in NAMED_ONLY and args != ():
+            self.w.findings.append(Finding(self.op_at, "call", fn.name, CALLS_NAMED_TYPE))
         if init and isinstance(fn, Global) and fn.name == REBUILD_FROM_TYPE:
             # it calls func(*args) (torch/_tensor.py): judged as that call; torch's pickler writes both literally
             if isinstance(args, tuple) and len(args) == 4 and isinstance(args[0], Global) and isinstance(args[2], tuple):
