@@ -127,3 +127,47 @@ def test_a_tensorflow_bundle_holds_no_pickle_to_scan(name, capsys):
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and err.count("\n") == 1
     assert "no pickle to scan: a TensorFlow checkpoint bundle's file" in err
+
+
+FILE_OBJECT_LOADER = """
+import sys, warnings, torch
+warnings.simplefilter("ignore")
+for path in sys.argv[1:]:
+    try:
+        with open(path, "rb") as f:
+            torch.load(f, weights_only=False)
+    except BaseException:
+        pass
+"""
+
+
+def test_a_pickle_named_safetensors_is_judged_as_a_pickle(tmp_path, capsys):
+    """A torch.save zip or a plain pickle named `model.safetensors`: torch 2.13's torch.load(path) hands the name to
+    safetensors (which refuses the bytes), so scan said 'no pickle to scan' (exit 2) and a folder's scan passed over
+    the zip (exit 0); torch.load of the open file (Lightning's fsspec path), or any torch before 2.13, runs it. A
+    real safetensors file still holds no pickle to scan."""
+    import pickle
+
+    from safetensors.numpy import save_file
+
+    np = pytest.importorskip("numpy")
+    marker = str(tmp_path / "ran")
+    folder = tmp_path / "m"
+    os.makedirs(folder)
+    torch.save({"w": torch.zeros(2), "x": _Payload(marker)}, folder / "model.safetensors")
+    with open(folder / "plain.safetensors", "wb") as f:
+        pickle.dump({"x": _Payload(marker)}, f, protocol=0)
+    save_file({"w": np.zeros(2, np.float32)}, str(folder / "real.safetensors"))
+    for name in ("model.safetensors", "plain.safetensors"):
+        subprocess.run([sys.executable, "-c", FILE_OBJECT_LOADER, str(folder / name)], check=True, timeout=300)
+        assert os.path.exists(marker), name
+        os.remove(marker)
+        rc, r, err = _scan(capsys, str(folder / name))
+        assert rc == 1 and r["status"] == "unsafe" and err == "", name
+        assert any("hands a path named *.safetensors" in n for n in r["notes"])
+    rc, r, _ = _scan(capsys, str(folder))
+    assert rc == 1 and {f["path"]: f["status"] for f in r["files"]} == {"model.safetensors": "unsafe",
+                                                                         "plain.safetensors": "unsafe"}
+    rc = main(["scan", str(folder / "real.safetensors")])
+    assert rc == 2 and "no pickle to scan" in capsys.readouterr().err
+    assert not os.path.exists(marker)

@@ -33,7 +33,7 @@ from ...errors import CheckpointError, CorruptCheckpointError, reading
 from .archive import LOADER as ARCHIVE_LOADER
 from .archive import Judge, also_archive, judge_archive, worse
 from .loaders import judge_other, judged_by_own_loader, training_args_note
-from .torch_load import Trace, finish, follow, report
+from .torch_load import Trace, by_safetensors, finish, follow, report
 from .verdict import combine
 
 
@@ -85,16 +85,14 @@ def _unknown(t: Trace, why: str) -> Trace:
 def trace_url(url: str) -> Trace:
     """Follow torch.load through the remote file `url` (see the module doc)."""
     t = Trace(url)
-    if download_name(url).endswith(".safetensors"):
-        t.format = "safetensors (by name)"
-        t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
-        return t
     bound = limits().remote_scan_bytes
     shown = redact(url)
     with reading(shown):
         f = open_regular(url)
     with f, reading(shown, "reading"):
         size = size_of(f)
+        if by_safetensors(t, download_name(url), pread(f, min(9, size), 0)):
+            return t
         if pread(f, 1, 0) == b"\x80" and size <= bound:   # a pickle (PROTO 2+) torch.load reads through: whole
             follow(t, io.BytesIO(pread(f, size, 0)), size)
             return t

@@ -402,15 +402,32 @@ def trace(path: str) -> Trace:
     """Follow torch.load(path) through the file (see the module doc). Raises CheckpointError when the
     file cannot be read at all."""
     t = Trace(path)
-    if path.endswith(".safetensors"):
-        t.format = "safetensors (by name)"
-        t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
-        return t
     with reading(path):
         f = open(path, "rb")
     with f, reading(path, "reading"):
-        follow(t, f, os.fstat(f.fileno()).st_size)
+        if not by_safetensors(t, path, f.read(9)):
+            f.seek(0)
+            follow(t, f, os.fstat(f.fileno()).st_size)
     return t
+
+
+SAFETENSORS_PATH = ("torch.load (2.13) hands a path named *.safetensors to safetensors.torch.load_file, which refuses "
+                    "these bytes; torch.load before 2.13, or given the open file (Lightning's fsspec loading), unpickles "
+                    "it: judged as that")
+
+
+def by_safetensors(t: Trace, name: str, head: bytes) -> bool:
+    """Whether torch.load hands the file to safetensors and no loader unpickles it: a file named (`name`) `*.safetensors`
+    whose bytes (`head`, its first 9) open as a safetensors file does (8-byte header length, then its JSON). A pickle
+    or zip behind the name is followed as torch.load reads it elsewhere (older torch, a file object), the name noted."""
+    if not name.endswith(".safetensors"):
+        return False
+    if head[8:9] == b"{":
+        t.format = "safetensors (by name)"
+        t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
+        return True
+    t.notes.append(SAFETENSORS_PATH)
+    return False
 
 
 def follow(t: Trace, f: IO[bytes], size: int) -> None:
