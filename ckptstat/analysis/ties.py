@@ -14,6 +14,7 @@ from ..core import Checkpoint
 from ..families.framework.infer import canonical_name, canonical_tensors, tf_spelled
 from ..families.framework.tensors import expected_tensors
 from ..families.load_table import load_differences
+from ..families.tie_table import class_ties
 from ..families.wrappers import is_outside
 from ..naming import normalize
 
@@ -180,12 +181,18 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     tied_cfg = tie_word_embeddings(ckpt)
     ruled = {outer + rule.alias: (outer + rule.target, "config tie_word_embeddings" if rule.when == "config"
                                   else "architecture") for rule in r.tie_rules if rule.when == "always" or tied_cfg}
+    # a name the class config.json names ties to a stored one is that parameter, found as a tie or not: a torch.save of
+    # transformers 5's model in memory spells it otherwise (GPT-NeoX's `lm_head`, saved as `embed_out`), over one storage
+    own = class_ties(ckpt.config, ckpt.tensors)
+    label = f"config.json architectures {own.cls}" if own else ""
+    grouped = {n: (kept, label) for g in (own.groups if own else ())
+               for kept in [next((m for m in g if m in params), None)] if kept for n in g}
     missing, lacking = [], {}
     for name, shape in expected.items():
         if name not in params:
             t = tie_of.get(name)
-            target, evidence = (t.target, t.evidence) if t else ruled.get(name, ("", ""))
-            tied = bool(t) or (target in expected and target not in params)
+            target, evidence = (t.target, t.evidence) if t else ruled.get(name) or grouped.get(name, ("", ""))
+            tied = bool(t) or name in grouped or (target in expected and target not in params)
             missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
                             "why": f"tied to {target} ({evidence})" if tied else "not in the file"})
             if not tied:

@@ -169,7 +169,9 @@ def _class_table_ties(ckpt: Checkpoint, own: ClassTies, add: Callable[[Tie], Non
     tie group the file lacks is the group's stored tensor (save_pretrained keeps one name of each group); with the
     config's switch on, each other name of it the file stores again, separately, in the same shape, a copy
     transformers ties on load (with it off the table's groups are not the model's: transformers 5.25 unties
-    LongT5's stacks and T5's head although the table, built with the switch on, lists them as always tied)."""
+    LongT5's stacks and T5's head although the table, built with the switch on, lists them as always tied). A file
+    that stores tied names over one storage lacks none (`_ruled_out` (2)): a name of the group it lacks is one its
+    writer spelled otherwise (transformers 5's in-memory `lm_head` for GPT-NeoX's saved `embed_out`)."""
     tensors = ckpt.tensors
     label = f"config.json architectures {own.cls}"
     for group in own.groups:
@@ -179,7 +181,8 @@ def _class_table_ties(ckpt: Checkpoint, own: ClassTies, add: Callable[[Tie], Non
         target = next((n for n in present if n not in ties), present[0])
         for name in group:
             if name not in tensors:
-                add(Tie(name, target, label, "absent from file", tensors[target].numel))
+                if not _ruled_out(ckpt, own, name, target, label, "absent from file"):
+                    add(Tie(name, target, label, "absent from file", tensors[target].numel))
             elif own.switch and name != target and name not in ties and tensors[name].shape == tensors[target].shape:
                 add(Tie(name, target, label, "stored twice", tensors[name].numel))
 

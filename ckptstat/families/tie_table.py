@@ -17,6 +17,8 @@ from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "tie_table.json")
 MAX_LAYERS = 100_000   # a templated rule's numbers read from config.json: more is not a model, no tie is named
+# wrappers whose decoder is AutoModelForCausalLM.from_config(config.decoder): its class ties what they tie
+COMPOSITES = frozenset({"encoder-decoder", "vision-encoder-decoder", "speech-encoder-decoder"})
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,8 @@ def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> Cl
     table = _table()
     for cls in architectures(cfg):
         entry = table.get(cls)
+        if isinstance(entry, Mapping) and entry.get("model_type") in COMPOSITES:
+            return _composite(cls, cfg, names)
         if isinstance(entry, Mapping):
             # the class built from another model type's config writes that type's key layout (ShieldGemma 2)
             entry = {**entry, **entry.get("by_model_type", {}).get(cfg.get("model_type"), {})}
@@ -173,3 +177,25 @@ def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> Cl
                 groups += sorted(tuple(sorted(g)) for g in rule_groups(entry["rules"], cfg, names))
             return ClassTies(cls, tuple(groups), on, any(g["when"] == "config" for g in entry.get("groups", ())))
     return None
+
+
+def _composite(cls: str, cfg: Mapping[str, Any], names: Collection[str]) -> ClassTies | None:
+    """An EncoderDecoderModel's (Vision-, Speech-) ties: its decoder's, the causal LM class the table lists for
+    config.json's `decoder.model_type` (a `*ForCausalLM`, else a `*LMHeadModel`: the class AutoModelForCausalLM builds,
+    GPT2LMHeadModel for a TrOCR-style GPT-2 decoder) under its own switch, its names under `decoder.` (the table's
+    rows for the wrappers were built with their default BERT decoder)."""
+    sub = cfg.get("decoder")
+    mt = sub.get("model_type") if isinstance(sub, Mapping) else None
+    spelled = re.sub(r"[^a-z0-9]", "", mt.lower()) if isinstance(mt, str) else None
+
+    def of_type(c: str, e: Any) -> bool:   # recorded under mt, or named after it (GPT2LMHeadModel is recorded as gpt-sw3's)
+        named = re.sub(r"(ForCausalLM|LMHeadModel)$", "", c).lower()
+        return isinstance(e, Mapping) and (e.get("model_type") == mt or named == spelled)
+
+    lms = sorted((not c.endswith("ForCausalLM"), c) for c, e in _table().items()
+                 if c.endswith(("ForCausalLM", "LMHeadModel")) and of_type(c, e))
+    own = class_ties({**sub, "architectures": [lms[0][1]]}, [n[len("decoder."):] for n in names if n.startswith("decoder.")]) \
+        if lms and isinstance(sub, Mapping) else None
+    if own is None:
+        return None
+    return ClassTies(cls, tuple(tuple("decoder." + n for n in g) for g in own.groups), own.switch, own.switched)
