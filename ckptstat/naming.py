@@ -123,9 +123,10 @@ BUCKET_RULES = _rules([
     # Embeddings
     (r"(^|\.)embeddings(_project)?\.", "embedding"),                 # BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT
     (r"(^|\.)embedding_hidden_mapping_in\.", "embedding"),           # ALBERT factorised embedding projection
-    (r"(^|\.)(wte|wpe)\.", "embedding"),                            # GPT-2
-    # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM
-    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings)\.", "embedding"),
+    (r"(^|\.)(wte|wpe)\.|(^|\.)mask_emb$", "embedding"),            # GPT-2; XLNet's mask embedding
+    # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM (and its word_embeddings_layernorm), GPT-NeoX's embed_in, XLNet
+    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings(_layernorm)?|embed_in|word_embedding)\.",
+     "embedding"),
     (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
     (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
@@ -148,17 +149,21 @@ BUCKET_RULES = _rules([
     (r"(^|\.)downsampling_layer\.", "encoder"),                        # ConvNeXt's LayerNorm and conv between stages
     (r"(^|\.)conv_\d+x\d+\.", "encoder"),   # MobileNet V2's last conv, conv_1x1 (rules see numbers renumbered)
     # Final norms of a stack
-    (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm)\.", "encoder"),  # GPT-2, LLaMA, T5, GGUF
-    (r"(^|\.)(norm_f|encoder\.layer_norm)\.", "encoder"),      # Mamba final norm; Whisper/mBART encoder final norm
+    # GPT-2, LLaMA, T5, GGUF; ModernBERT's final_norm, LFM2's embedding_norm (after its last layer, modeling_lfm2.py)
+    (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm|final_norm|embedding_norm)\.", "encoder"),
+    # Mamba final norm; Whisper/mBART encoder final norm; XLM-RoBERTa-XL's encoder.LayerNorm, ESM's emb_layer_norm_after
+    (r"(^|\.)(norm_f|encoder\.(layer_norm|LayerNorm|emb_layer_norm_after))\.", "encoder"),
     (r"(^|\.)(layernorm|post_layernorm)\.", "encoder"),            # ViT final norm; CLIP vision final norm
     # Pooler
     (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
     # Heads: LM heads and task heads
     (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions"
-     r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform"
+     r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform|embed_out|contact_head"
      r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj|output_layer)\.", "cls"),  # BERT,
     # ALBERT, ELECTRA, DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF, Megatron-Core's
-    # GPTModel output_layer
+    # GPTModel output_layer, GPT-NeoX's embed_out, ESM's contact_head; a top-level `head` (ModernBERT's MLM head,
+    # timm's classifier) and ModernBERT's `decoder` Linear
+    (r"^(head\.|decoder\.(weight|bias)$)", "cls"),
     (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
     # Keras 3 `.weights.h5` (KerasHub presets: formats/keras_hub.py) names a layer by its class, the first of a kind
     # bare and the next ones `_1`, `_2`...: `layers/gemma_decoder_block/...`, `layers/gemma_decoder_block_1/...`

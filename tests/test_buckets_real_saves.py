@@ -1,0 +1,58 @@
+"""Buckets of what transformers saves, for families whose embeddings, final norms or heads no bucket rule placed
+(naming.py BUCKET_RULES; README "Counting conventions"): every parameter of these saves in a bucket, none `other`, and
+each named tensor in the bucket its role in the model gives it (the embedding table's, the final norm after the last
+layer's, the LM or task head's). Before, GPT-NeoX's (Pythia's) `embed_in` and `embed_out`, BLOOM's
+`word_embeddings_layernorm`, ModernBERT's `final_norm`, `head` and `decoder`, XLM-RoBERTa-XL's `encoder.LayerNorm`,
+ESM's `emb_layer_norm_after`, LFM2's `embedding_norm` (its final norm, modeling_lfm2.py) and XLNet's
+`word_embedding` were `other`.
+
+Each model is built tiny from its config class (census_audit.tiny_config) and saved by `save_pretrained`.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+from census_audit import tiny_config  # noqa: E402
+
+from ckptstat import open_checkpoint, summarize  # noqa: E402
+from ckptstat.census import placements  # noqa: E402
+
+# (config class, model class, {a saved name: its bucket})
+CASES = [
+    ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"gpt_neox.embed_in.weight": "embedding", "embed_out.weight": "cls",
+                                             "gpt_neox.final_layer_norm.weight": "encoder"}),
+    ("BloomConfig", "BloomForCausalLM", {"transformer.word_embeddings_layernorm.weight": "embedding",
+                                         "transformer.word_embeddings.weight": "embedding"}),
+    ("ModernBertConfig", "ModernBertForMaskedLM", {"model.final_norm.weight": "encoder", "head.dense.weight": "cls",
+                                                   "decoder.bias": "cls"}),
+    ("ModernBertConfig", "ModernBertForTokenClassification", {"head.dense.weight": "cls", "classifier.weight": "cls"}),
+    ("XLMRobertaXLConfig", "XLMRobertaXLForMaskedLM", {"roberta.encoder.LayerNorm.weight": "encoder"}),
+    ("EsmConfig", "EsmForMaskedLM", {"esm.encoder.emb_layer_norm_after.weight": "encoder"}),
+    ("Lfm2Config", "Lfm2ForCausalLM", {"model.embedding_norm.weight": "encoder"}),
+    ("XLNetConfig", "XLNetLMHeadModel", {"transformer.word_embedding.weight": "embedding"}),
+]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("cfg_name,cls,where", CASES, ids=[c for _, c, _ in CASES])
+def test_every_parameter_placed(tmp_path, cfg_name, cls, where):
+    T.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg_cls = getattr(T, cfg_name)
+    try:
+        cfg = tiny_config(cfg_cls)
+    except Exception:   # ESM's defaults hold None sizes the shrinking cannot read
+        cfg = cfg_cls(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                      max_position_embeddings=64, vocab_size=33)
+    cfg.tie_word_embeddings = False   # the LM head stored, not dropped as a tied copy
+    model = getattr(T, cls)(cfg).eval()
+    model.save_pretrained(tmp_path)
+    ckpt = open_checkpoint(str(tmp_path))
+    report = summarize(ckpt)
+    assert report["unplaced"] == []
+    assert report["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
+    place = placements(ckpt)
+    assert {n: place[n].bucket for n in where} == where
