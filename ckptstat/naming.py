@@ -121,12 +121,12 @@ _GPT2_MASK = re.compile(r"(^|\.)attn\.bias$")
 
 BUCKET_RULES = _rules([
     # Embeddings
-    (r"(^|\.)embeddings(_project)?\.", "embedding"),                 # BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT
+    (r"(^|\.)(embeddings(_project|_layer_norm)?|ngram_embeddings|position_embeddings|embed_global)\.", "embedding"),  # BERT,
+    # RoBERTa, ALBERT, ELECTRA, DistilBERT; ProphetNet's decoder embeddings, PEGASUS-X's global tokens
     (r"(^|\.)embedding_hidden_mapping_in\.", "embedding"),           # ALBERT factorised embedding projection
     (r"(^|\.)(wte|wpe)\.|(^|\.)mask_emb$", "embedding"),            # GPT-2; XLNet's mask embedding
     # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM (and its word_embeddings_layernorm), GPT-NeoX's embed_in, XLNet
-    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings(_layernorm)?|embed_in|word_embedding)\.",
-     "embedding"),
+    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings?(_layernorm)?|embed_in)\.", "embedding"),
     (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
     (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
@@ -157,12 +157,13 @@ BUCKET_RULES = _rules([
     # Pooler
     (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
     # Heads: LM heads and task heads
-    (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions"
+    (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions|classification_head"
+     r"|output_projection"
      r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform|embed_out|contact_head"
      r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj|output_layer)\.", "cls"),  # BERT,
     # ALBERT, ELECTRA, DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF, Megatron-Core's
     # GPTModel output_layer, GPT-NeoX's embed_out, ESM's contact_head; a top-level `head` (ModernBERT's MLM head,
-    # timm's classifier) and ModernBERT's `decoder` Linear
+    # timm's classifier) and ModernBERT's `decoder` Linear; BART's classification_head, FSMT's output_projection
     (r"^(head\.|decoder\.(weight|bias)$)", "cls"),
     (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
     # Keras 3 `.weights.h5` (KerasHub presets: formats/keras_hub.py) names a layer by its class, the first of a kind

@@ -3,8 +3,9 @@
 each named tensor in the bucket its role in the model gives it (the embedding table's, the final norm after the last
 layer's, the LM or task head's). Before, GPT-NeoX's (Pythia's) `embed_in` and `embed_out`, BLOOM's
 `word_embeddings_layernorm`, ModernBERT's `final_norm`, `head` and `decoder`, XLM-RoBERTa-XL's `encoder.LayerNorm`,
-ESM's `emb_layer_norm_after`, LFM2's `embedding_norm` (its final norm, modeling_lfm2.py) and XLNet's
-`word_embedding` were `other`.
+ESM's `emb_layer_norm_after`, LFM2's `embedding_norm` (its final norm, modeling_lfm2.py), XLNet's
+`word_embedding`, BART's `classification_head`, FSMT's `output_projection`, ProphetNet's decoder embeddings and
+PEGASUS-X's `embed_global` were `other`.
 
 Each model is built tiny from its config class (census_audit.tiny_config) and saved by `save_pretrained`.
 """
@@ -32,7 +33,12 @@ CASES = [
     ("XLMRobertaXLConfig", "XLMRobertaXLForMaskedLM", {"roberta.encoder.LayerNorm.weight": "encoder"}),
     ("EsmConfig", "EsmForMaskedLM", {"esm.encoder.emb_layer_norm_after.weight": "encoder"}),
     ("Lfm2Config", "Lfm2ForCausalLM", {"model.embedding_norm.weight": "encoder"}),
-    ("XLNetConfig", "XLNetLMHeadModel", {"transformer.word_embedding.weight": "embedding"}),
+    ("XLNetConfig", "XLNetLMHeadModel", {"transformer.word_embedding.weight": "embedding", "transformer.mask_emb": "embedding"}),
+    ("BartConfig", "BartForSequenceClassification", {"classification_head.out_proj.weight": "cls"}),
+    ("FSMTConfig", "FSMTForConditionalGeneration", {"model.decoder.output_projection.weight": "cls"}),
+    ("ProphetNetConfig", "ProphetNetForConditionalGeneration", {"prophetnet.decoder.ngram_embeddings.weight": "embedding",
+                                                                "prophetnet.decoder.embeddings_layer_norm.weight": "embedding"}),
+    ("PegasusXConfig", "PegasusXForConditionalGeneration", {"model.encoder.embed_global.weight": "embedding"}),
 ]
 
 
