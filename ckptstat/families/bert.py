@@ -222,7 +222,7 @@ def pooler(model_type: str, head: str) -> bool:
         return False
     if v.pooled_heads is not None:
         return head in v.pooled_heads
-    return head in ("base", "pretraining", CHOICE) or (head == "seqcls" and not v.roberta)
+    return head in ("base", "pretraining", "nsp", CHOICE) or (head == "seqcls" and not v.roberta)
 
 
 # the summary_* values modeling_roformer.py's sequence summary falls back to (getattr): RoFormerConfig declares none
@@ -329,8 +329,8 @@ def walk(B: Builder) -> Recorder:
     if s.head in ("mlm", "lm") or (s.head == "pretraining" and not v.electra):
         # MLM: transform to E (ELECTRA's generator, RoFormer's) or RemBERT's width, decoder tied to the word embeddings
         encoder.mlm_head(r, v.lm, s.variant.width if isinstance(s.variant, LMWidth) else s.emb)
-        if s.head == "pretraining":
-            r.linear("cls.seq_relationship", r.first, h, 2, True, bucket="cls", top=True)
+    if s.head in ("pretraining", "nsp") and not v.electra:   # *ForNextSentencePrediction: this head alone
+        r.linear("cls.seq_relationship", r.first, h, 2, True, bucket="cls", top=True)
     if s.head == "pretraining" and v.electra:
         r.linear("discriminator_predictions.dense", r.tok, h, h, True, bucket="cls", top=True)
         B.activation("discriminator_predictions act", "cls", r.tok, h, s.activation)
@@ -428,7 +428,7 @@ FAMILY = Family(
     # BERT's attention.self.query; MPNet's attention.attn.q
     signature=signature(WALKED, LAYER[0]) + "|" + signature(walked(walk, "bert", model_type="mpnet"), MPNET[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa", CHOICE),
+    heads=("base", "mlm", "lm", "pretraining", "nsp", "seqcls", "tokcls", "qa", CHOICE),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,
     # transformers' _tied_weights_keys
@@ -467,6 +467,7 @@ FAMILY = Family(
         *(Sample(config, dict(_SIZES, **kw), (config.removesuffix("Config") + "ForMultipleChoice",), device="cpu",
                  infer=False) for config, kw in _CHOICES),
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
+        Sample("BertConfig", _SIZES, ("BertForNextSentencePrediction",)),
         Sample("BertConfig", dict(_SIZES, num_labels=3), ("BertForSequenceClassification", "BertForTokenClassification")),
         # BertLMHeadModel stores what BertForMaskedLM does: its names show the MLM head
         Sample("BertConfig", dict(_SIZES, is_decoder=True), ("BertLMHeadModel",), infer=False),

@@ -35,6 +35,7 @@ HEAD_SUFFIXES = [
     ("DoubleHeadsModel", MC),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", CHOICE),
+    ("ForNextSentencePrediction", "nsp"),   # BertForNextSentencePrediction: the pooled output's cls.seq_relationship
     ("ForQuestionAnsweringSimple", "qa"),   # XLM's, FlauBERT's, XLNet's qa_outputs (their *ForQuestionAnswering: SQuAD beams)
     ("EncoderModel", "encoder-only"),
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder

@@ -158,6 +158,7 @@ HEAD_RULES = (
     # BertForPreTraining, AlbertForPreTraining; a sentence head without the MLM head is not *ForPreTraining
     # (BertForNextSentencePrediction)
     HeadRule(r"(^|\.)(cls\.seq_relationship|sop_classifier)\.", "pretraining", requires=_MLM_OR_DISCRIMINATOR),
+    HeadRule(r"(^|\.)cls\.seq_relationship\.", "nsp"),
     HeadRule(r"(^|\.)(cls\.predictions|predictions\.dense|lm_head\.dense|generator_predictions)\.", "mlm"),
     HeadRule(r"(^|\.)discriminator_predictions\.", "pretraining", requires=_MLM_OR_DISCRIMINATOR),  # ELECTRA
     HeadRule(r"(^|\.)qa_outputs\.weight$", "qa"),
