@@ -74,11 +74,9 @@ def test_a_persistent_id_class_built_on(tmp_path, build):
     assert "its attributes set by BUILD" in r["verdict"]
 
 
-def test_a_call_through_rebuild_from_type(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    from torch._tensor import _rebuild_from_type_v2
-
-    cls = transformers.TrainingArguments
+def _trainer_arguments(tmp_path):
+    """(TrainingArguments, its __init__ arguments: the defaults, its accelerator_config a JSON file it reads)."""
+    cls = pytest.importorskip("transformers").TrainingArguments
     secret = tmp_path / "secret.json"
     secret.write_text(json.dumps({"split_batches": True}))
     fields = [f for f in dataclasses.fields(cls) if f.init]
@@ -87,6 +85,13 @@ def test_a_call_through_rebuild_from_type(tmp_path):
     names = [f.name for f in fields]
     args[names.index("output_dir")] = str(tmp_path / "out")
     args[names.index("accelerator_config")] = str(secret)
+    return cls, args
+
+
+def test_a_call_through_rebuild_from_type(tmp_path):
+    from torch._tensor import _rebuild_from_type_v2
+
+    cls, args = _trainer_arguments(tmp_path)
 
     class Call:
         def __reduce__(self):
@@ -144,18 +149,9 @@ def test_a_trainer_class_called_through_a_long_memo_index(tmp_path):
 def test_a_call_through_rebuild_from_type_of_arguments_built_by_a_call(tmp_path):
     """`_rebuild_from_type_v2(TrainingArguments, ..., tuple([...]), {})`: the arguments a call of plain data made
     (builtins.tuple), which the walk does not keep: the call of the class went unjudged."""
-    transformers = pytest.importorskip("transformers")
     from torch._tensor import _rebuild_from_type_v2
 
-    cls = transformers.TrainingArguments
-    secret = tmp_path / "secret.json"
-    secret.write_text(json.dumps({"split_batches": True}))
-    fields = [f for f in dataclasses.fields(cls) if f.init]
-    args = [f.default if f.default is not dataclasses.MISSING else
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None for f in fields]
-    names = [f.name for f in fields]
-    args[names.index("output_dir")] = str(tmp_path / "out")
-    args[names.index("accelerator_config")] = str(secret)
+    cls, args = _trainer_arguments(tmp_path)
 
     class Args:
         def __reduce__(self):
