@@ -29,7 +29,8 @@ BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
 ROLES: tuple[str, ...] = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
 # Roles of the stored pieces of a quantised weight (census/quant/ groups them; docs/quantized.md).
 QUANT_ROLES = ("packed-weight", "quantized-weight", "scale", "zero-point", "group-index", "absmax", "quant-map",
-               "quant-state", "logical-shape", "sparsity-mask", "sparsity-offsets", "input-scale", "kv-scale")
+               "quant-state", "logical-shape", "sparsity-mask", "sparsity-offsets", "input-scale", "kv-scale",
+               "amax-history")   # Keras float8's delayed-scaling state (census/quant/keras.py)
 ROLES += QUANT_ROLES
 
 

@@ -119,6 +119,9 @@ def _open(path: str) -> Checkpoint:
         config = _small_json(zf, CONFIG, path)
         if isinstance(config, dict):
             metadata["keras.class_name"] = str(config.get("class_name", ""))[:200]
+        quantized = policy_modes(config)
+        if quantized:
+            metadata["keras.quantization"] = ",".join(quantized)
         if METADATA in names:
             meta = _small_json(zf, METADATA, path)
             if isinstance(meta, dict) and "keras_version" in meta:
@@ -154,6 +157,28 @@ def _open(path: str) -> Checkpoint:
         if start is None:
             ckpt.notes.append(f"{WEIGHTS} is deflated in the archive: values are read from a temporary copy of it")
     return ckpt
+
+
+_POLICY_WALK = 1 << 20   # JSON nodes visited (config.json is at most MAX_METADATA bytes)
+
+
+def policy_modes(config: Any) -> list[str]:
+    """The quantisation modes of the dtype policies a Keras config names (`{"module": "keras.dtype_policies",
+    "class_name": "QuantizedDTypePolicy", "config": {"mode": "int8", ...}}`; int4's `int4/<block>`), sorted: what
+    census/quant/keras.py checks the variables' layout against."""
+    found: set[str] = set()
+    stack, seen = [config], 0
+    while stack and seen < _POLICY_WALK:
+        node = stack.pop()
+        seen += 1
+        if isinstance(node, dict):
+            inner = node.get("config")
+            if node.get("module") == "keras.dtype_policies" and isinstance(inner, dict) and isinstance(inner.get("mode"), str):
+                found.add(inner["mode"][:40])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return sorted(found)
 
 
 def open_keras(path: str) -> Checkpoint:

@@ -25,7 +25,7 @@ from typing import Any
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...errors import CkptstatError
 from ...naming import name_forms, quant_member_role
-from . import mlx, quanto_hqq_torchao
+from . import keras, mlx, quanto_hqq_torchao
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
 _LAYOUT = "quant:layout"    # Checkpoint.derived keys; a logical view holds its source's layout and is its own view
@@ -246,11 +246,15 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
         w = _module(ckpt, mod, s, q, method_cfg, shapes, notes)
         if w is not None:
             weights.append(w)
+    kl = keras.layers(T, keras.modes(ckpt.metadata)) if keras.LITERAL in joined else None   # Keras 3 `vars/<i>`
+    if kl is not None:
+        weights += [_weight(f.name, f.shape, f.method, f.bits, f.members) for f in kl.weights]
+        notes += kl.notes
     fmt = str(q.get("checkpoint_format") or q.get("format") or "")
     if "marlin" in fmt or q.get("is_marlin_format"):
         notes.append(f"quantization_config names the {fmt or 'marlin'} layout, which ckptstat does not decode: "
                      "its tensors are counted as stored")
-    if not weights:
+    if not weights and not (kl and kl.state):
         if method_cfg:
             notes.append(f"{record} names quant_method {method_cfg!r} but no tensor has a quantised layout ckptstat "
                          "knows (docs/quantized.md): counted as stored")
@@ -266,16 +270,18 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
             else:
                 suffix = n.rpartition(".")[2]
             roles[n] = quant_member_role(suffix, w.method)
+    roles.update(kl.roles if kl else {})   # Keras' variables are named by index: their roles come from the layer's spec
     member = {n for w in weights for n in w.members}
     for name in T if scan else ():
         if name not in member and _STANDALONE.search(name):
             roles[name] = quant_member_role(name.rpartition(".")[2], "")
-    methods = sorted({w.method for w in weights})
+    methods = sorted({w.method for w in weights} | (kl.methods() if kl else set()))
     expected = _CONFIG_METHODS.get(method_cfg or "", method_cfg or "")
     if method_cfg and not any(m.startswith(expected) for m in methods):
         notes.append(f"{record} names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
     source = (_source(record) if method_cfg else "config.json quantization (mlx)"
-              if mlx_q and mlx_dims is not None else "tensor layout")
+              if mlx_q and mlx_dims is not None else "config.json dtype policies (keras)"
+              if kl and keras.modes(ckpt.metadata) else "tensor layout")
     return QuantLayout(", ".join(methods), source,
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
 
@@ -562,8 +568,10 @@ def collapsed(ckpt: Checkpoint, weights: Mapping[str, QuantWeight],
 
 def _view(ckpt: Checkpoint, q: QuantLayout) -> Checkpoint:
     def tensor(w: QuantWeight) -> TensorInfo:
-        return TensorInfo(w.name, _compute_dtype(ckpt, w), w.shape, ckpt.tensors[w.members[0]].file, None,
-                          w.stored_bytes, storage=f"quantized:{w.name}", extra={"quantized": w})
+        first = ckpt.tensors[w.members[0]]
+        layout_ = {"layout": first.extra["layout"]} if first.name == w.name and "layout" in first.extra else {}
+        return TensorInfo(w.name, _compute_dtype(ckpt, w), w.shape, first.file, None,
+                          w.stored_bytes, storage=f"quantized:{w.name}", extra={"quantized": w, **layout_})
 
     view = replace(ckpt, tensors=collapsed(ckpt, q.weights, tensor))
     view.derived(_LAYOUT, lambda _: q)          # the source's quantised weights (roles: the view's keep "parameter")

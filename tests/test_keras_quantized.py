@@ -1,0 +1,96 @@
+"""Keras 3 models quantised with `model.quantize(mode)` (docs/quantized.md, "Keras 3 quantised layers"), written by keras
+itself (torch backend) at test time. Every expected number comes from keras: the float model's count_params() before
+quantize (the logical parameters), the quantised variables' names, shapes and dtypes after it."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from ckptstat import summarize
+
+# keras' variable name -> the role ckptstat gives it (keras/src/layers/core/dense.py variable_serialization_spec)
+ROLES = {"kernel_scale": "scale", "embeddings_scale": "scale", "kernel_zero": "zero-point", "embeddings_zero": "zero-point",
+         "g_idx": "group-index", "inputs_scale": "input-scale", "outputs_grad_scale": "scale",
+         "inputs_amax_history": "amax-history", "kernel_amax_history": "amax-history",
+         "outputs_grad_amax_history": "amax-history"}
+CASES = ("dense-int8", "dense-int4", "dense-int4-channel", "dense-float8", "embedding-int8", "embedding-int4",
+         "embedding-int4-channel")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, dict]:
+    d = tmp_path_factory.mktemp("keras-quantized")
+    os.environ.setdefault("KERAS_BACKEND", "torch")   # read when keras is first imported; TF is not installed
+    os.environ.setdefault("KERAS_HOME", str(d / "home"))
+    keras = pytest.importorskip("keras")
+
+    def dense():
+        return keras.Sequential([keras.Input((16,)), keras.layers.Dense(32), keras.layers.Dense(8, use_bias=False),
+                                 keras.layers.EinsumDense("ab,bcd->acd", output_shape=(4, 6), bias_axes="cd")])
+
+    def embedding():
+        return keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 12)])
+
+    out: dict[str, dict] = {}
+    for case in CASES:
+        kind, mode, *channel = case.split("-")
+        model = dense() if kind == "dense" else embedding()
+        logical = model.count_params()
+        kernels = {layer.name: int(np.prod(layer.variables[0].shape)) for layer in model.layers}   # kernel / embeddings
+        config = keras.quantizers.Int4QuantizationConfig(block_size=-1) if channel else None
+        model.quantize(mode, config=config)
+        variables = [(v.name, tuple(v.shape), np.dtype(str(v.dtype))) for layer in model.layers for v in layer.variables]
+        model.save(d / f"{case}.keras")
+        model.save_weights(d / f"{case}.weights.h5")
+        out[case] = {"logical": logical, "kernels": sum(kernels.values()), "layers": len(kernels), "mode": mode,
+                     "variables": variables, "keras": str(d / f"{case}.keras"), "h5": str(d / f"{case}.weights.h5")}
+    return out
+
+
+def _roles(variables: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, _, _ in variables:
+        if name in ROLES:
+            out[ROLES[name]] = out.get(ROLES[name], 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("kind", ["keras", "h5"])
+def test_counts_the_float_models_parameters(saved, case, kind):
+    s = saved[case]
+    if case == "embedding-int4-channel" and kind == "h5":
+        pytest.skip("a per-channel int4 Embedding's shapes are an int8 one's: no config, no mode (the next test)")
+    r = summarize(s[kind])
+    assert r["parameters"]["unique"] == s["logical"]
+    q = r["quantization"]
+    assert q is not None
+    roles = {row["role"]: row["tensors"] for row in q["roles"]}
+    expected = _roles(s["variables"])
+    if s["mode"] == "float8":   # the kernel stays float, a parameter: only its state apart
+        assert q["method"] == "keras float8" and q["weights"] == 0
+        assert roles == expected
+        apart = {row["role"]: row["elements"] for row in r["non_parameters"]}
+        assert apart["amax-history"] == sum(int(np.prod(sh)) for n, sh, _ in s["variables"] if n.endswith("amax_history"))
+        return
+    assert q["method"] == f"keras {s['mode']}"
+    assert q["weights"] == s["layers"] and q["logical_params"] == s["kernels"]
+    kernel_role = "packed-weight" if s["mode"] == "int4" else "quantized-weight"
+    assert roles == {kernel_role: s["layers"], **expected}
+    stored = sum(int(np.prod(sh)) * dt.itemsize for n, sh, dt in s["variables"] if n != "bias")
+    assert q["stored_bytes"] == stored
+    assert q["methods"][0]["bits"] == (4 if s["mode"] == "int4" else 8)
+    assert q["bits_per_weight"] == pytest.approx(stored * 8 / s["kernels"], abs=1e-4)
+    if kind == "keras":
+        assert q["source"] == "config.json dtype policies (keras)"
+
+
+def test_a_per_channel_int4_embedding_takes_its_mode_from_the_config(saved):
+    s = saved["embedding-int4-channel"]
+    assert summarize(s["keras"])["parameters"]["unique"] == s["logical"]
+    r = summarize(s["h5"])   # the shapes fit int8 too: read so, and said
+    packed = next(int(np.prod(sh)) for n, sh, _ in s["variables"] if n == "embeddings")
+    assert r["parameters"]["unique"] == packed
+    assert any("per-channel int4" in n for n in r["quantization"]["notes"])
