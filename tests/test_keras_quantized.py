@@ -94,3 +94,20 @@ def test_a_per_channel_int4_embedding_takes_its_mode_from_the_config(saved):
     packed = next(int(np.prod(sh)) for n, sh, _ in s["variables"] if n == "embeddings")
     assert r["parameters"]["unique"] == packed
     assert any("per-channel int4" in n for n in r["quantization"]["notes"])
+
+
+def test_variables_no_mode_lays_out_so_count_as_stored(saved, tmp_path):
+    """An int8 first variable whose scale fits no kernel axis (an edited file) is no quantised weight: it stays a
+    buffer, as before, and the other layers are read."""
+    import h5py
+
+    s = saved["dense-int8"]
+    path = tmp_path / "edited.weights.h5"
+    path.write_bytes(open(s["h5"], "rb").read())
+    with h5py.File(path, "r+") as f:
+        del f["layers/dense/vars/2"]
+        f["layers/dense/vars/2"] = np.ones(5, "float32")
+    r = summarize(str(path))
+    q = r["quantization"]
+    assert q["weights"] == s["layers"] - 1
+    assert "layers/dense/vars/0" in next(row["names"] for row in r["non_parameters"] if row["role"] == "buffer")

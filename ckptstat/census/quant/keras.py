@@ -139,7 +139,7 @@ def _integer(layer: str, v: list[TensorInfo], config_modes: frozenset[str], note
         shape, bits = (k.shape[0], s[-1]), 4
     elif len(k.shape) == 2 and g_idx is not None and -(-g_idx.shape[0] // 2) == k.shape[1] and s and s[0] == k.shape[0]:
         shape, bits = (k.shape[0], g_idx.shape[0]), 4           # Embedding int4, sub-channel: g_idx [dim]
-    elif zero is None and g_idx is None:
+    elif zero is None and g_idx is None and s and all(d == 1 or d in k.shape for d in s):
         shape = k.shape                                         # int8 (or a per-channel int4 Embedding: below)
         if len(k.shape) == 2 and s == (k.shape[0],) and k.shape[0] != k.shape[1]:   # a scale a row: an Embedding
             if "int4" in config_modes and "int8" not in config_modes:
