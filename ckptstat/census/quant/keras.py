@@ -84,9 +84,7 @@ def layers(T: Mapping[str, TensorInfo], config_modes: frozenset[str]) -> KerasLa
         if sorted(by_index) != list(range(len(v))):
             continue
         if v[0].dtype == "I8":
-            f = _integer(layer, v, config_modes, notes)
-            if f is not None:
-                weights.append(f)
+            weights += _integer_layer(layer, v, config_modes, notes)
         elif _float8(v):
             state.update({t.name: role for t, (_, role) in zip(v[-6:], _FLOAT8_STATE)})
             float8 += 1
@@ -110,6 +108,32 @@ def _float8(v: list[TensorInfo]) -> bool:
     scalars, histories = state[0::2], state[1::2]
     return (all(t.shape == () for t in scalars) and all(len(t.shape) == 1 for t in histories)
             and len({t.shape for t in histories}) == 1 and (len(v) == 7 or v[1].dtype in _FLOAT))
+
+
+def _integer_layer(layer: str, v: list[TensorInfo], config_modes: frozenset[str], notes: list[str]) -> list[Found]:
+    """A layer's int8 / int4 weights: one, or a ReversibleEmbedding's two when untied (`tie_weights=False`: keras
+    3.15 keras/src/layers/core/reversible_embedding.py appends `reverse_embeddings` int8 [dim, vocabulary] (int4:
+    [ceil(dim / 2), vocabulary], packed along the first axis), `reverse_embeddings_scale` [vocabulary] (sub-channel
+    [1, vocabulary]) and, sub-channel int4, `reverse_embeddings_zero` float32 [1, vocabulary])."""
+    f = _integer(layer, v, config_modes, notes)
+    if f is not None:
+        return [f]
+    at = next((j for j in range(2, len(v)) if v[j].dtype == "I8" and len(v[j].shape) == 2
+               and v[j].shape[1] == v[0].shape[0]), None) if len(v[0].shape) == 2 else None
+    first = _integer(layer, v[:at], config_modes, notes) if at is not None else None
+    if first is None or at is None or len(first.shape) != 2 or len(v) - at not in (2, 3):
+        return []
+    k, scale, zero = v[at], v[at + 1], v[at + 2] if len(v) - at == 3 else None
+    dim, vocab = first.shape[1], first.shape[0]
+    packed = -(-dim // 2) if first.bits == 4 else dim
+    if (k.shape != (packed, vocab) or scale.dtype not in _FLOAT or not scale.shape or scale.shape[-1] != vocab
+            or (zero is not None and (zero.shape != scale.shape or zero.dtype not in _FLOAT))):
+        return []
+    roles = {k.name: "packed-weight" if first.bits == 4 else "quantized-weight", scale.name: "scale"}
+    if zero is not None:
+        roles[zero.name] = "zero-point"
+    members = {t.name: t for t in (k, scale, zero) if t is not None}
+    return [first, Found(k.name, (dim, vocab), first.method, first.bits, members, roles)]
 
 
 def _integer(layer: str, v: list[TensorInfo], config_modes: frozenset[str], notes: list[str]) -> Found | None:
