@@ -4,11 +4,15 @@ quantize (the logical parameters), the quantised variables' names, shapes and dt
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
 
 from ckptstat import summarize
+from ckptstat.analysis import dequantized
+from ckptstat.analysis.stats import collect
+from ckptstat.formats.registry import open_checkpoint
 
 # keras' variable name -> the role ckptstat gives it (keras/src/layers/core/dense.py variable_serialization_spec)
 ROLES = {"kernel_scale": "scale", "embeddings_scale": "scale", "kernel_zero": "zero-point", "embeddings_zero": "zero-point",
@@ -51,11 +55,41 @@ def saved(tmp_path_factory) -> dict[str, dict]:
         kernels = [int(np.prod(v.shape)) for layer in model.layers for v in layer.variables if v.name in KERNELS]
         config = keras.quantizers.Int4QuantizationConfig(block_size=-1) if channel else None
         model.quantize(mode, config=config)
+        values = _dequantized(model, mode)
         variables = [(v.name, tuple(v.shape), np.dtype(str(v.dtype))) for layer in model.layers for v in layer.variables]
         model.save(d / f"{case}.keras")
         model.save_weights(d / f"{case}.weights.h5")
         out[case] = {"logical": logical, "kernels": sum(kernels), "layers": len(kernels), "mode": mode,
-                     "variables": variables, "keras": str(d / f"{case}.keras"), "h5": str(d / f"{case}.weights.h5")}
+                     "variables": variables, "keras": str(d / f"{case}.keras"), "h5": str(d / f"{case}.weights.h5"),
+                     "values": values}
+    return out
+
+
+def _dequantized(model, mode: str) -> dict[str, np.ndarray | None]:
+    """Each quantised kernel's values as keras itself dequantises them, by the variable's name in the weights file
+    (`layers/<class in snake case>[_<n>]/vars/0`, keras' saving_lib names); None where keras never forms them (an
+    EinsumDense int8 kernel, whose scale ckptstat does not lay out; an untied reverse table is a second weight of the
+    layer, not listed). A Dense's or EinsumDense's: the gradient keras' own custom gradient gives the inputs for an
+    identity upstream (its `float_kernel`, transposed: each element one product with 1, exact); an Embedding's: its
+    output for every index (its forward dequantises the rows it takes)."""
+    import keras
+    import torch
+
+    out: dict[str, np.ndarray | None] = {}
+    seen: dict[str, int] = {}
+    for layer in model.layers:
+        cls = re.sub(r"(?<!^)(?=[A-Z])", "_", type(layer).__name__).lower()
+        n = seen[cls] = seen.get(cls, -1) + 1
+        name = f"layers/{cls}{f'_{n}' if n else ''}/vars/0"
+        if mode == "float8" or (cls == "einsum_dense" and mode == "int8"):
+            out[name] = None
+        elif "embedding" in cls:
+            out[name] = keras.ops.convert_to_numpy(layer(np.arange(layer.input_dim)[None]))[0]
+        else:
+            units = int(np.prod(layer.output.shape[1:]))
+            x = torch.zeros(units, layer.input.shape[-1], requires_grad=True)
+            layer(x).reshape(units, units).backward(torch.eye(units))
+            out[name] = x.grad.detach().numpy().T.copy()
     return out
 
 
@@ -121,3 +155,27 @@ def test_variables_no_mode_lays_out_so_count_as_stored(saved, tmp_path):
     q = r["quantization"]
     assert q["weights"] == s["layers"] - 1
     assert "layers/dense/vars/0" in next(row["names"] for row in r["non_parameters"] if row["role"] == "buffer")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][1] != "float8"])
+@pytest.mark.parametrize("kind", ["keras", "h5"])
+def test_stats_read_the_kernels_keras_dequantises_as_its_values(saved, case, kind):
+    """`stats` reads each int8 / int4 kernel keras dequantises as keras' float32 values, bit for bit; the rest are
+    listed as left quantised."""
+    s = saved[case]
+    if case.endswith("int4-channel") and CASES[case][0] != "dense" and kind == "h5":
+        pytest.skip("read as int8 without the config (test_a_per_channel_int4_embedding_takes_its_mode_from_the_config)")
+    view = dequantized.view(open_checkpoint(s[kind]), True)
+    read = {name: v for name, v in s["values"].items() if v is not None}
+    for name, v in read.items():
+        got = view.read(name)
+        assert got.dtype == np.float32 and got.shape == v.shape and np.array_equal(got, v), name
+    r = collect(open_checkpoint(s[kind])).report
+    rows = {row["name"]: row for row in r["tensors"]}
+    for name, v in read.items():
+        row, x = rows[name], v.astype(np.float64)
+        assert (row["dtype"], row["count"], row["zeros"]) == ("F32", v.size, int((v == 0).sum()))
+        assert row["min"] == x.min() and row["max"] == x.max() and row["mean"] == pytest.approx(x.mean(), abs=1e-12)
+    assert r["dequantized"]["methods"] == {f"keras {s['mode']}": len(read)}
+    left = s["layers"] - len(read)   # EinsumDense int8; an untied ReversibleEmbedding's reverse table
+    assert r["left_quantized"] == ({f"keras {s['mode']}": left} if left else {})

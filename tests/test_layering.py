@@ -128,8 +128,8 @@ def test_no_import_cycle():
 # Within the analysis layer, its parts (subpackages and modules, docs/architecture.md), lowest first: a part
 # imports only from its own tier or one before it. The cluster settings stats shares with audit put audit first.
 ANALYSIS_TIERS = [
-    ("quantized", "dequantized", "dequantized_codes", "dequantized_gptq", "ties", "flops", "memory", "conversion",
-     "conversion_mlx", "scan", "adapter", "pipeline", "torch_flops"),
+    ("quantized", "dequantized", "dequantized_codes", "dequantized_gptq", "dequantized_keras", "ties", "flops", "memory",
+     "conversion", "conversion_mlx", "scan", "adapter", "pipeline", "torch_flops"),
     ("meta", "optimizer_names"),
     ("summary", "diff"),
     ("audit",),

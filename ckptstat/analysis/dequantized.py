@@ -17,6 +17,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
 - optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
 - GPTQ (formats gptq and gptq_v2; 2, 3, 4 or 8 bits) and AWQ GEMM weights (2, 4, 8 bits) as gptqmodel, which
   transformers 5 loads them with, dequantises them (in the scales' dtype): InputGrouped (analysis/dequantized_gptq.py).
+- Keras 3's int8 / int4 Dense, EinsumDense (int4) and Embedding kernels as Keras dequantises them, in float32:
+  KerasValues (analysis/dequantized_keras.py), read through the view's readers by the statistics too.
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point). Scaled and Codebook live in analysis/dequantized_codes.py; this module
 picks each weight's decoder from its stored pieces."""
@@ -27,13 +29,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..census.quant import CONFIG_DTYPES, QuantWeight, collapsed, config_dtype, layout, logical
+from ..census.quant import CONFIG_DTYPES, QuantWeight, collapsed, config_dtype, layout, logical, pin_rest
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import decode
 from ..core.tensor import Reader, read_flat_file
 from .conversion_mlx import Packed, as_packed
 from .dequantized_codes import Codebook, Scaled
 from .dequantized_gptq import InputGrouped, awq, gptq
+from .dequantized_keras import RULE as KERAS_RULE
+from .dequantized_keras import KerasValues, keras_values
 
 RULE = ("a quantised weight is read as one tensor of its logical shape, its values those the library that wrote it "
         "dequantises it to, in that library's dtype, its bytes its stored pieces': Apple MLX's (modes affine, mxfp4, "
@@ -54,7 +58,7 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "scale in float32, then the model's dtype), GPTQ's (2, 3, 4, 8 bits) and AWQ GEMM's (2, 4, 8) as gptqmodel's "
         "dequantize_weight and dequantize_gemm do (scale x (code - zero point), rounded once in the scales' dtype; "
         "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word, at 3 bits to each code); the "
-        "pieces of other quantised weights (AWQ GEMV, HQQ...) are left out by role")
+        "pieces of other quantised weights (AWQ GEMV, HQQ...) are left out by role; " + KERAS_RULE)
 _VIEW = "dequantized:view"
 
 
@@ -445,7 +449,7 @@ def read_as_values(ckpt: Checkpoint, names: Iterable[str]) -> dict | None:
     methods: dict[str, int] = {}
     for name in names:
         source = ckpt.tensors[name].extra.get("dequantized") if name in ckpt.tensors else None
-        if isinstance(source, Dequantized):
+        if isinstance(source, (Dequantized, KerasValues)):
             methods[source.method] = methods.get(source.method, 0) + 1
     return {"weights": sum(methods.values()), "methods": dict(sorted(methods.items())), "rule": RULE} if methods else None
 
@@ -459,7 +463,7 @@ def left_as_stored(ckpt: Checkpoint) -> dict[str, int]:
     shown = logical(ckpt).tensors
     out: dict[str, int] = {}
     for w in q.weights.values():
-        if _decoder(ckpt, w, shown[w.name].dtype) is None:
+        if (keras_values(ckpt, w) if w.method.startswith("keras ") else _decoder(ckpt, w, shown[w.name].dtype)) is None:
             out[w.method] = out.get(w.method, 0) + 1
     return dict(sorted(out.items()))
 
@@ -474,20 +478,25 @@ def _view(ckpt: Checkpoint, readers: bool) -> Checkpoint:
     if q is None:
         return ckpt
     shown = logical(ckpt).tensors
-    readable = {w.name: Dequantized(dec, w.method, _experts_shape(w)) for w in q.weights.values()
-                if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
+    readable: dict[str, Dequantized | KerasValues] = {
+        w.name: Dequantized(dec, w.method, _experts_shape(w)) for w in q.weights.values()
+        if not w.method.startswith("keras ") and (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
+    keras = {w.name: kv for w in q.weights.values() if (kv := keras_values(ckpt, w)) is not None}
+    readable.update(keras)
     if not readable:
         return ckpt
 
     def tensor(w: QuantWeight) -> TensorInfo:
         d = readable[w.name]
-        codes = ckpt.tensors[d.decoder.codes]
+        codes = ckpt.tensors[d.codes if isinstance(d, KerasValues) else d.decoder.codes]
         return TensorInfo(w.name, d.out_dtype, w.shape, codes.file, None, w.stored_bytes,
                           storage=f"dequantized:{w.name}", extra={"dequantized": d, "at": codes.offset or 0})
 
     v = replace(ckpt, tensors=collapsed(ckpt, {n: q.weights[n] for n in readable}, tensor))
-    if readers:
+    if readers or keras:   # Keras' float32 values are read by their files' readers, in the statistics too
         v = replace(v, readers={f: _values_of(ckpt.readers.get(f, read_flat_file)) for f in ckpt.files})
+    if keras:
+        pin_rest(ckpt, v, set(readable))   # (a Keras group without its kernel is no layout: the rest keep their roles)
     v.derived((_VIEW, readers), lambda x: x)
     return v
 
@@ -502,5 +511,5 @@ def _values_of(base: Reader) -> Reader:
     """A file's reader that reads a dequantised weight as its values, and any other tensor as `base` does."""
     def read(info: TensorInfo, start: int, count: int) -> np.ndarray:
         source = info.extra.get("dequantized")
-        return source.read(start, count) if isinstance(source, Dequantized) else base(info, start, count)
+        return source.read(start, count) if isinstance(source, (Dequantized, KerasValues)) else base(info, start, count)
     return read

@@ -73,6 +73,17 @@ def logical(ckpt: Checkpoint) -> Checkpoint:
     return ckpt if q is None else ckpt.derived(_LOGICAL, lambda c: _view(c, q))
 
 
+def pin_rest(ckpt: Checkpoint, view: Checkpoint, read: set[str]) -> None:
+    """Give `view` (ckpt with the weights `read` replaced by their values) ckpt's layout less those weights, where the
+    view's own tensors would not show the rest (Keras' variables, recognised by their index in a layer's group)."""
+    q = layout(ckpt)
+    if q is not None:
+        gone = {m for n in read for m in q.weights[n].members}
+        rest = replace(q, weights={n: w for n, w in q.weights.items() if n not in read},
+                       roles={n: r for n, r in q.roles.items() if n not in gone})
+        view.derived(_LAYOUT, lambda _: rest)
+
+
 def roles(ckpt: Checkpoint) -> dict[str, str]:
     """Stored tensor name -> quantisation role for the tensors of `ckpt` that are pieces of a quantised
     weight (or standalone activation/KV scales); a logical view's own weights keep role parameter."""
