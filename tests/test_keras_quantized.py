@@ -39,12 +39,14 @@ def saved(tmp_path_factory) -> dict[str, dict]:
     keras = pytest.importorskip("keras")
 
     def dense():
-        return keras.Sequential([keras.Input((16,)), keras.layers.Dense(32), keras.layers.Dense(8, use_bias=False),
+        # 300 inputs: three int4 blocks of 128 (the last partial); 7 units: an odd number of packed columns
+        return keras.Sequential([keras.Input((16,)), keras.layers.Dense(300), keras.layers.Dense(7, use_bias=False),
                                  keras.layers.EinsumDense("ab,bcd->acd", output_shape=(4, 6), bias_axes="cd")])
 
     def embedding(kind):
-        layer = (keras.layers.Embedding(50, 12) if kind == "embedding" else
-                 keras.layers.ReversibleEmbedding(50, 12, tie_weights=kind == "reversible"))
+        # dim 300: three int4 blocks of a row (a per-channel int4 table's odd width could not be told from its bytes)
+        layer = (keras.layers.Embedding(50, 300) if kind == "embedding" else
+                 keras.layers.ReversibleEmbedding(50, 300, tie_weights=kind == "reversible"))
         return keras.Sequential([keras.Input((5,), dtype="int32"), layer])
 
     out: dict[str, dict] = {}
