@@ -56,7 +56,7 @@ _NESTED_LM = ((re.compile(r"^language_model\.model\."), "language_model."),
 Rename = Callable[[str], str]
 DEQUANTIZED_MAP = ("quantised weights read as the values their library dequantises them to (MLX, compressed-tensors, "
                    "block-scaled FP8, bitsandbytes 4-bit, quanto qint8/qfloat8, torchao float8, GPTQ, AWQ, gpt-oss "
-                   "MXFP4, modelopt NVFP4/FP8, ComfyUI FP8, Gemma int8/int4/int2: docs/quantized.md)")
+                   "MXFP4, modelopt NVFP4/FP8, ComfyUI FP8, Gemma int8/int4/int2, Keras int8/int4: docs/quantized.md)")
 TF_MAP = "TF -> PyTorch names (transformers' spelling, as modeling_tf_pytorch_utils converts them)"
 
 
