@@ -163,13 +163,14 @@ def test_variables_no_mode_lays_out_so_count_as_stored(saved, tmp_path):
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c][1] != "float8"])
 @pytest.mark.parametrize("kind", ["keras", "h5"])
 def test_stats_read_the_kernels_keras_dequantises_as_its_values(saved, case, kind):
-    """`stats` reads each int8 / int4 kernel keras dequantises as keras' float32 values, bit for bit; the rest are
-    listed as left quantised."""
+    """`stats` reads each int8 / int4 kernel keras dequantises as keras' float32 values, bit for bit, where the
+    .keras config says the layers compute in float32; the rest, and every kernel of a bare .weights.h5 (which does not
+    say), are listed as left quantised."""
     s = saved[case]
     if case.endswith("int4-channel") and CASES[case][0] != "dense" and kind == "h5":
         pytest.skip("read as int8 without the config (test_a_per_channel_int4_embedding_takes_its_mode_from_the_config)")
     view = dequantized.view(open_checkpoint(s[kind]), True)
-    read = {name: v for name, v in s["values"].items() if v is not None}
+    read = {name: v for name, v in s["values"].items() if v is not None and kind == "keras"}
     for name, v in read.items():
         got = view.read(name)
         assert got.dtype == np.float32 and got.shape == v.shape and np.array_equal(got, v), name
@@ -179,8 +180,8 @@ def test_stats_read_the_kernels_keras_dequantises_as_its_values(saved, case, kin
         row, x = rows[name], v.astype(np.float64)
         assert (row["dtype"], row["count"], row["zeros"]) == ("F32", v.size, int((v == 0).sum()))
         assert row["min"] == x.min() and row["max"] == x.max() and row["mean"] == pytest.approx(x.mean(), abs=1e-12)
-    assert r["dequantized"]["methods"] == {f"keras {s['mode']}": len(read)}
-    left = s["layers"] - len(read)   # EinsumDense int8; an untied ReversibleEmbedding's reverse table
+    assert (r["dequantized"] or {}).get("methods") == ({f"keras {s['mode']}": len(read)} if read else None)
+    left = s["layers"] - len(read)   # EinsumDense int8; an untied ReversibleEmbedding's reverse table; .weights.h5
     assert r["left_quantized"] == ({f"keras {s['mode']}": left} if left else {})
 
 
@@ -203,3 +204,18 @@ def test_diff_of_the_float_model_and_its_quantised_save_is_the_quantisation_erro
             assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), name
             assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
         assert {t["status"] for n, t in by.items() if n.replace(".", "/") not in s["values"] and "einsum" not in n} <= {"equal"}
+
+
+def test_a_mixed_precision_models_kernels_are_left_as_stored(tmp_path):
+    """Under mixed_bfloat16 Keras computes the dequantised values in bfloat16 (its scales autocast): not read as float32
+    values, listed as left quantised; still counted as the float model's parameters."""
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(7, dtype="mixed_bfloat16")])
+    logical = model.count_params()
+    model.quantize("int8")
+    model.save(tmp_path / "mixed.keras")
+    path = str(tmp_path / "mixed.keras")
+    assert summarize(path)["parameters"]["unique"] == logical
+    r = collect(open_checkpoint(path)).report
+    assert r["dequantized"] is None and r["left_quantized"] == {"keras int8": 1}

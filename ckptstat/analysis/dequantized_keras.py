@@ -10,9 +10,12 @@
 - int4 codes two a byte along the last axis, the first in the low nibble, each a signed 4-bit value
   (quantizers.unpack_int4).
 Each value is one float32 operation on exact operands (a code, a code minus an int8 zero point), as numpy and torch
-both round it. Left as stored (None): EinsumDense int8 (its scale's layout follows the equation:
-`_adjust_scale_for_dequant`), a square kernel with one scale a row or column (a Dense's or an Embedding's: the shapes
-cannot tell), an untied ReversibleEmbedding's reverse table (Keras divides its logits, never the table)."""
+both round it, in a model whose config.json says its quantised layers compute in float32 (their policies'
+`source_name`, the default): a mixed-precision one's Keras computes in its 16-bit compute dtype (the scale autocast
+to it), and a bare `.weights.h5` does not say which. Left as stored (None): those, EinsumDense int8 (its scale's
+layout follows the equation: `_adjust_scale_for_dequant`), a square kernel with one scale a row or column (a Dense's
+or an Embedding's: the shapes cannot tell), an untied ReversibleEmbedding's reverse table (Keras divides its logits,
+never the table)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..census.quant import QuantWeight, layout
+from ..census.quant.keras import computes_float32
 from ..core import Checkpoint
 
 RULE = ("Keras 3's int8 / int4 Dense, EinsumDense (int4) and Embedding kernels as Keras dequantises them, in float32: "
@@ -78,7 +82,8 @@ class KerasValues:
 
 def keras_values(ckpt: Checkpoint, w: QuantWeight) -> KerasValues | None:
     """The weight's values reader (module docstring), or None where it is left as stored."""
-    if not w.method.startswith("keras int") or len(w.shape) != 2 or w.bits not in (4, 8) or not w.name.endswith("vars/0"):
+    if (not w.method.startswith("keras int") or len(w.shape) != 2 or w.bits not in (4, 8) or not w.name.endswith("vars/0")
+            or not computes_float32(ckpt.metadata)):
         return None   # (a ReversibleEmbedding's reverse table is its variable 2 or later)
     q = layout(ckpt)
     roles = q.roles if q is not None else {}

@@ -119,9 +119,10 @@ def _open(path: str) -> Checkpoint:
         config = _small_json(zf, CONFIG, path)
         if isinstance(config, dict):
             metadata["keras.class_name"] = str(config.get("class_name", ""))[:200]
-        quantized = policy_modes(config)
+        quantized, sources = policy_modes(config)
         if quantized:
             metadata["keras.quantization"] = ",".join(quantized)
+            metadata["keras.quantization_source"] = ",".join(sources)
         if METADATA in names:
             meta = _small_json(zf, METADATA, path)
             if isinstance(meta, dict) and "keras_version" in meta:
@@ -162,11 +163,13 @@ def _open(path: str) -> Checkpoint:
 _POLICY_WALK = 1 << 20   # JSON nodes visited (config.json is at most MAX_METADATA bytes)
 
 
-def policy_modes(config: Any) -> list[str]:
+def policy_modes(config: Any) -> tuple[list[str], list[str]]:
     """The quantisation modes of the dtype policies a Keras config names (`{"module": "keras.dtype_policies",
-    "class_name": "QuantizedDTypePolicy", "config": {"mode": "int8", ...}}`; int4's `int4/<block>`), sorted: what
-    census/quant/keras.py checks the variables' layout against."""
-    found: set[str] = set()
+    "class_name": "QuantizedDTypePolicy", "config": {"mode": "int8", "source_name": "float32"}}`; int4's
+    `int4/<block>`), and the policies' source names (the compute dtype: `float32`, `mixed_bfloat16`...), each sorted:
+    what census/quant/keras.py checks the variables' layout against, and analysis/dequantized_keras.py their values."""
+    modes: set[str] = set()
+    sources: set[str] = set()
     stack, seen = [config], 0
     while stack and seen < _POLICY_WALK:
         node = stack.pop()
@@ -174,11 +177,12 @@ def policy_modes(config: Any) -> list[str]:
         if isinstance(node, dict):
             inner = node.get("config")
             if node.get("module") == "keras.dtype_policies" and isinstance(inner, dict) and isinstance(inner.get("mode"), str):
-                found.add(inner["mode"][:40])
+                modes.add(inner["mode"][:40])
+                sources.add(str(inner.get("source_name"))[:40])
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return sorted(found)
+    return sorted(modes), sorted(sources)
 
 
 def open_keras(path: str) -> Checkpoint:

@@ -69,6 +69,13 @@ def modes(metadata: Mapping[str, str]) -> frozenset[str]:
     return frozenset(m.split("/")[0] for m in metadata.get("keras.quantization", "").split(",") if m.strip())
 
 
+def computes_float32(metadata: Mapping[str, str]) -> bool:
+    """Whether config.json's quantised dtype policies all compute in float32 (`source_name`): a mixed-precision or
+    16-bit model's Keras computes its dequantised values in its 16-bit compute dtype (its variables autocast), and a
+    bare `.weights.h5` does not say which."""
+    return metadata.get("keras.quantization_source") == "float32"
+
+
 def layers(T: Mapping[str, TensorInfo], config_modes: frozenset[str]) -> KerasLayers:
     groups: dict[str, dict[int, TensorInfo]] = {}
     for name, t in T.items():
