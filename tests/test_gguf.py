@@ -214,7 +214,7 @@ def test_hand_built_file_opens(tmp_path):
     assert ckpt.read("b").tolist() == [0.0, 0.0]
 
 
-IQ2XXS = 16  # a block type ckptstat does not decode (an i-quant: 256 elements in 66 bytes)
+Q8_1 = 9  # a block type ckptstat does not decode (llama.cpp's dot-product intermediate: 32 elements in 40 bytes)
 
 
 HOSTILE = {
@@ -276,22 +276,22 @@ def test_hostile_cli_one_line(cli, tmp_path):
 
 
 def test_undecoded_block_type_is_a_clear_error(tmp_path):
-    """Headers of an IQ2_XXS tensor are read (count, bytes); its values are refused in one line."""
+    """Headers of a Q8_1 tensor are read (count, bytes); its values are refused in one line."""
     p = tmp_path / "k.gguf"
-    p.write_bytes(gguf_bytes(tis=[ti("blk.0.attn_q.weight", (256, 2), IQ2XXS)], data=b"\0" * 132))
+    p.write_bytes(gguf_bytes(tis=[ti("blk.0.attn_q.weight", (256, 2), Q8_1)], data=b"\0" * 640))
     ckpt = open_checkpoint(str(p))
     t = ckpt["blk.0.attn_q.weight"]
-    assert (t.dtype, t.shape, t.numel, t.nbytes) == ("IQ2_XXS", (2, 256), 512, 132)
+    assert (t.dtype, t.shape, t.numel, t.nbytes) == ("Q8_1", (2, 256), 512, 640)
     assert summarize(ckpt)["parameters"]["unique"] == 512
     with pytest.raises(CheckpointError) as info:
         ckpt.read(t.name)
     assert not isinstance(info.value, CorruptCheckpointError)
-    assert str(info.value) == f"{p}: tensor 'blk.0.attn_q.weight': values of IQ2_XXS tensors are not decoded yet"
+    assert str(info.value) == f"{p}: tensor 'blk.0.attn_q.weight': values of Q8_1 tensors are not decoded yet"
     # stats reads what it can and lists the rest, with the reason.
     from ckptstat.analysis.stats import select
 
     items, skipped = select(ckpt)
-    assert items == [] and skipped == [{"name": t.name, "reason": "values of IQ2_XXS tensors are not decoded yet"}]
+    assert items == [] and skipped == [{"name": t.name, "reason": "values of Q8_1 tensors are not decoded yet"}]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -352,12 +352,12 @@ def test_architecture_without_a_config_says_so(cli, tmp_path, arch):
 
 
 def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
-    """A file of types whose values are not decoded (IQ2_XXS, IQ1_S: zero blocks, a valid encoding) said `2 skipped
+    """A file of types whose values are not decoded (Q8_1, Q1_0: zero blocks, a valid encoding) said `2 skipped
     (aliases, buffers, strings: see --json)`: now the count per reason, each type named as gguf-py's reader names it."""
     gguf = pytest.importorskip("gguf")
     path = str(tmp_path / "t.gguf")
     w = gguf.GGUFWriter(path, "llama")
-    for q in (gguf.GGMLQuantizationType.IQ2_XXS, gguf.GGMLQuantizationType.IQ1_S):
+    for q in (gguf.GGMLQuantizationType.Q8_1, gguf.GGMLQuantizationType.Q1_0):
         data = np.zeros((2, gguf.GGML_QUANT_SIZES[q][1]), np.uint8)
         w.add_tensor(f"blk.0.{q.name}.weight", data, raw_shape=data.shape, raw_dtype=q)
     w.write_header_to_file()
@@ -409,8 +409,8 @@ def test_4_bit_float_blocks_equal_gguf_py_dequantize(tmp_path, cli, qtype):
 
 
 def test_diff_compares_what_it_decodes_and_says_what_it_does_not(tmp_path, cli):
-    """Two GGUF files with an IQ2_XXS tensor (no decoder yet) beside a Q8_0 one: diff compares the Q8_0 values and
-    lists the IQ2_XXS one as not compared, with the reason, exit 0 (it stopped at the first undecoded tensor)."""
+    """Two GGUF files with a Q8_1 tensor (no decoder yet) beside a Q8_0 one: diff compares the Q8_0 values and
+    lists the Q8_1 one as not compared, with the reason, exit 0 (it stopped at the first undecoded tensor)."""
     gguf = pytest.importorskip("gguf")
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 256)).astype(np.float32)
@@ -420,8 +420,8 @@ def test_diff_compares_what_it_decodes_and_says_what_it_does_not(tmp_path, cli):
         w = gguf.GGUFWriter(path, "llama")
         q8 = gguf.GGMLQuantizationType.Q8_0
         w.add_tensor("blk.0.ffn_up.weight", gguf.quants.quantize(x * scale, q8), raw_dtype=q8)
-        _, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.IQ2_XXS]
-        w.add_tensor("blk.0.ffn_down.weight", np.zeros((4, nbytes), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ2_XXS)
+        _, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_1]
+        w.add_tensor("blk.0.ffn_down.weight", np.zeros((4, 8 * nbytes), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_1)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -432,5 +432,47 @@ def test_diff_compares_what_it_decodes_and_says_what_it_does_not(tmp_path, cli):
     rows = {t["name"]: t for t in r["tensors"]}
     assert rc == 1 and rows["blk.0.ffn_up.weight"]["status"] == "values", err
     assert rows["blk.0.ffn_down.weight"]["status"] == "unread"
-    assert rows["blk.0.ffn_down.weight"]["unread"] == "values of IQ2_XXS tensors are not decoded yet"
+    assert rows["blk.0.ffn_down.weight"]["unread"] == "values of Q8_1 tensors are not decoded yet"
     assert "1 tensor(s) of block types not decoded yet are not compared" in r["compared"]
+
+
+def _iq2_xxs_gguf(path: str, blocks: np.ndarray) -> np.ndarray:
+    """A GGUF whose one tensor (llama's ffn_down of layer 0, 8 x 512) is these IQ2_XXS blocks (16 of 66 bytes),
+    beside a Q8_0 tensor equal in every file; returns gguf-py's values of it."""
+    gguf = pytest.importorskip("gguf")
+    q = gguf.GGMLQuantizationType.IQ2_XXS
+    w = gguf.GGUFWriter(path, "llama")
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    w.add_tensor("blk.0.ffn_up.weight", gguf.quants.quantize(np.ones((4, 256), np.float32), q8), raw_dtype=q8)
+    w.add_tensor("blk.0.ffn_down.weight", blocks.reshape(8, -1), raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = gguf.GGUFReader(path).tensors[1]
+    return gguf.quants.dequantize(t.data, q).reshape(8, 512)
+
+
+def test_files_that_differ_only_in_an_iq2_xxs_tensor_differ(tmp_path, cli):
+    """Two GGUF files that differ only in an IQ2_XXS tensor (random blocks, a finite f16 d) were "no differences",
+    exit 0 (its values not decoded): now exit 1, max_abs numpy's over gguf-py's values, and stats' moments numpy's."""
+    rng = np.random.default_rng(7)
+    values = []
+    for name in ("a", "b"):
+        blocks = rng.integers(0, 256, (16, 66), dtype=np.uint8)
+        blocks[:, :2] = rng.uniform(-0.01, 0.01, (16, 1)).astype(np.float16).view(np.uint8)   # d, finite
+        values.append(_iq2_xxs_gguf(str(tmp_path / f"{name}.gguf"), blocks))
+    a, b = values
+    assert np.isfinite(a).all() and np.isfinite(b).all() and not np.array_equal(a, b)
+    rc, out, err = cli("diff", str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf"), "--json")
+    r = json.loads(out)
+    rows = {t["name"]: t for t in r["tensors"]}
+    assert rc == 1 and r["same"] is False, err
+    assert rows["blk.0.ffn_down.weight"]["status"] == "values"
+    assert rows["blk.0.ffn_down.weight"]["max_abs"] == np.max(np.abs(a.astype(np.float64) - b))
+    assert rows["blk.0.ffn_up.weight"]["status"] == "equal"
+    rc, out, _ = cli("stats", str(tmp_path / "a.gguf"), "--json", "--no-progress")
+    t = {t["name"]: t for t in json.loads(out)["tensors"]}["blk.0.ffn_down.weight"]
+    assert rc == 0 and t["count"] == a.size
+    np.testing.assert_allclose([t["mean"], t["std"]], [a.astype(np.float64).mean(), a.astype(np.float64).std()],
+                               rtol=1e-12)

@@ -8,12 +8,14 @@ import json
 import gguf
 import numpy as np
 import pytest
-from conftest import fixture
+from conftest import fixture, fixture_script
 from gguf.quants import dequantize
 
 from ckptstat import open_checkpoint
 from ckptstat.core import dtypes
-from ckptstat.core.quants import QUANTS
+from ckptstat.core.quants import CODEBOOKS, QUANTS
+
+GRID_IQ = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]   # their grids: core/iq_grids.json
 
 
 def expected() -> dict:
@@ -45,7 +47,44 @@ def test_random_blocks_equal_gguf_py(name):
     assert np.array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))   # bit for bit
 
 
-@pytest.mark.parametrize("name", sorted(QUANTS))
+@pytest.mark.parametrize("name", GRID_IQ)
+def test_grid_i_quant_blocks_equal_gguf_py(name):
+    """The grid i-quants (a 4- or 8-element point of ggml's grids a code, signs from ksigns or bits, 3- or 4-bit
+    sub-block scales) decode as gguf-py's `dequantize` does, bit for bit, for any bytes: 4096 random blocks, whose
+    f16 scales include NaN, and two with d = +inf and -inf (NaN where gguf-py says NaN, the same bits elsewhere,
+    inf included). They said "not decoded"."""
+    assert name in CODEBOOKS and name not in QUANTS and dtypes.can_decode(name)   # uneven grids: no rounding bound
+    d = dtypes.get(name)
+    assert (d.block, d.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
+    raw = np.random.default_rng(GRID_IQ.index(name)).integers(0, 256, (4096, d.block_bytes), dtype=np.uint8)
+    if name == "IQ1_M":   # d's four nibbles in the top nibbles of the last four u16: +inf, -inf
+        for row, top in ((0, (0x0, 0x0, 0xC, 0x7)), (1, (0x0, 0x0, 0xC, 0xF))):
+            raw[row, 49:56:2] = (raw[row, 49:56:2] & 0x0F) | (np.array(top, dtype=np.uint8) << 4)
+    else:
+        raw[:2, :2] = np.array([[0x00, 0x7C], [0x00, 0xFC]], dtype=np.uint8)   # d = +inf, -inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = dequantize(raw.reshape(-1), gguf.GGMLQuantizationType[name]).astype(np.float32).reshape(-1)
+        got = dtypes.decode(raw.tobytes(), name, 4096 * d.block)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    nan = np.isnan(want)
+    assert nan.any() and np.isinf(want).any() and np.array_equal(np.isnan(got), nan)   # f16 NaN and inf scales
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_iq_grid_table_is_what_the_installed_gguf_makes():
+    """core/iq_grids.json (the grids and ksigns the i-quants index) is what fixtures/make_iq_grids.py writes from the
+    installed gguf-py, and says which gguf wrote it: a gguf upgrade that changes a table fails here until the script
+    is run again."""
+    import importlib.metadata
+
+    path = fixture("..", "ckptstat", "core", "iq_grids.json")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert json.loads(text)["gguf"] == importlib.metadata.version("gguf")
+    assert text == fixture_script("make_iq_grids").text()
+
+
+@pytest.mark.parametrize("name", sorted(QUANTS) + GRID_IQ)
 def test_short_buffers_are_refused(name):
     d = dtypes.get(name)
     raw = bytes(2 * d.block_bytes - 1)

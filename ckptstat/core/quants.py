@@ -40,9 +40,28 @@ and the two non-linear 4-bit i-quants store a code into a fixed table of 16 inte
     IQ4_NL   32  d f16, qs[16] nibbles                                 d * nl[q]
     IQ4_XS  256  d f16, scales_h u16, scales_l[4], qs[128]             8 x 32: d * (sc - 32) * nl[q], sc 6 bits
                  (sub-block i: low 4 bits of sc from scales_l[i / 2] >> 4 * (i % 2), high 2 from scales_h >> 2 * i)
+
+The grid i-quants code 8 (IQ3: 4) elements at once as an index into a fixed grid of points (ggml-common.h's
+iq*_grid; iq_grids.json, written from gguf-py by fixtures/make_iq_grids.py and read on their first decode), each
+element's sign from a 7-bit index into ksigns (its 8th sign the parity) or from one bit of its own; 4-bit scales
+s, 3-bit ones for IQ1 (decoded in CODEBOOKS, no rounding bound):
+
+    IQ2_XXS 256  d, 8 x (grid[4] bytes, u32: 4 x 7-bit signs, s << 28)  8 x 32: d * (0.5 + s) / 4 * grid * sign
+    IQ2_XS  256  d, qs[32] u16 (9-bit grid, 7-bit signs), scales[8]     16 x 16: d * (0.5 + s) / 4 * grid * sign
+    IQ2_S   256  d, qs[32], signs[32], qh[8] (2 grid bits each), sc[8]   16 x 16: as IQ2_XS, 10-bit grid, sign bits
+    IQ3_XXS 256  d, qs[64] (grid of 4), 8 x u32 (4 x 7-bit signs, s)    8 x 32: d * (0.5 + s) / 2 * grid * sign
+    IQ3_S   256  d, qs[64], qh[8] (9th grid bit), signs[32], sc[4]      8 x 32: d * (1 + 2s) * grid * sign
+    IQ1_S   256  d, qs[32], qh[8] u16 (3 x 3 grid bits, s, delta sign)  8 x 32: d * (2s + 1) * (grid +- 1/8)
+    IQ1_M   256  qs[32], qh[16] (3 grid bits, delta sign a nibble), scales[4] u16 (12 bits of 3-bit s, d's 4 bits
+                 in the top nibbles)                                     16 x 16: d * (2s + 1) * (grid +- 1/8)
+
+(Q8_1 (a dot-product intermediate too) and Q1_0, for which gguf-py has no dequantize, are not decoded.)
 """
 from __future__ import annotations
 
+import functools
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -252,7 +271,115 @@ def _iq4_xs(b: U8) -> Parts:   # d, scales_h u16, scales_l[4], qs[128]: 8 sub-bl
     return _f16(b[:, :2]) * sc, _IQ4_NL[_nibbles(qs)].reshape(n, 8, 32), None
 
 
-CODEBOOKS: dict[str, Callable[[U8], Parts]] = {"MXFP4": _mxfp4, "NVFP4": _nvfp4, "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
+_GRIDS = os.path.join(os.path.dirname(__file__), "iq_grids.json")   # fixtures/make_iq_grids.py, from gguf-py
+
+
+@functools.cache
+def _grid(name: str) -> F32:
+    """The grid of an i-quant (IQ1_M reads IQ1_S's) as (entries, 8 or 4) float32, or "ksigns" as (128, 8) signs +-1."""
+    with open(_GRIDS, encoding="utf-8") as f:
+        table = json.load(f)
+    if name == "ksigns":
+        bits = np.unpackbits(np.frombuffer(bytes.fromhex(table["ksigns"]), np.uint8).reshape(128, 1), axis=1,
+                             bitorder="little")
+        signs: F32 = np.where(bits == 0, np.float32(1), np.float32(-1))
+        return signs
+    g = table["IQ1_S" if name == "IQ1_M" else name]
+    grid: F32 = np.frombuffer(bytes.fromhex(g["values"]), np.int8).reshape(g["shape"]).astype(np.float32)
+    return grid
+
+
+def _sign_bits(signs: U8) -> F32:
+    """Bytes -> +-1 a bit, bit j of byte i for element 8i + j (IQ2_S, IQ3_S)."""
+    bits = np.unpackbits(np.ascontiguousarray(signs), axis=1, bitorder="little")
+    out: F32 = np.where(bits == 0, np.float32(1), np.float32(-1))
+    return out
+
+
+def _ksigns(words: NDArray[np.uint32]) -> F32:
+    """(n, k) u32 -> (n, k, 4, 8) signs: four 7-bit ksigns indices a word, at bits 0, 7, 14, 21."""
+    idx = (words[..., None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & np.uint32(0x7F)
+    signs: F32 = _grid("ksigns")[idx]
+    return signs
+
+
+def _iq2_xxs(b: U8) -> Parts:   # d, 8 x (4 grid bytes, u32 signs and scale)
+    n = len(b)
+    words = np.ascontiguousarray(b[:, 2:]).view("<u4").reshape(n, 8, 2)
+    db = _f16(b[:, :2]) * (np.float32(0.5) + (words[..., 1] >> 28).astype(np.float32)) * np.float32(0.25)
+    grid = _grid("IQ2_XXS")[b[:, 2:].reshape(n, 8, 8)[:, :, :4]]
+    return db, (grid * _ksigns(words[..., 1])).reshape(n, 8, 32), None
+
+
+def _iq2_scales(d: F32, scales: U8) -> F32:
+    """IQ2_XS / IQ2_S: 8 bytes -> 16 sub-block scales d * (0.5 + s) / 4, low nibble first."""
+    s = np.stack([scales & 0x0F, scales >> 4], axis=-1).reshape(len(scales), 16)
+    db: F32 = d * (np.float32(0.5) + s.astype(np.float32)) * np.float32(0.25)
+    return db
+
+
+def _iq2_xs(b: U8) -> Parts:   # d, qs[32] u16 (grid index | ksigns index << 9), scales[8]
+    n = len(b)
+    qs = np.ascontiguousarray(b[:, 2:66]).view("<u2")
+    grid = _grid("IQ2_XS")[qs & np.uint16(511)]
+    return _iq2_scales(_f16(b[:, :2]), b[:, 66:74]), (grid * _grid("ksigns")[qs >> 9]).reshape(n, 16, 16), None
+
+
+def _iq2_s(b: U8) -> Parts:   # d, qs[32], signs[32], qh[8], scales[8]
+    n = len(b)
+    high = (b[:, 66:74, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3
+    grid = _grid("IQ2_S")[b[:, 2:34].astype(np.uint16) | (high.reshape(n, 32).astype(np.uint16) << 8)]
+    code = grid.reshape(n, 256) * _sign_bits(b[:, 34:66])
+    return _iq2_scales(_f16(b[:, :2]), b[:, 74:82]), code.reshape(n, 16, 16), None
+
+
+def _iq3_xxs(b: U8) -> Parts:   # d, qs[64] (a grid index a byte), 8 x u32 (signs, scale << 28)
+    n = len(b)
+    words = np.ascontiguousarray(b[:, 66:98]).view("<u4")
+    db = _f16(b[:, :2]) * (np.float32(0.5) + (words >> 28).astype(np.float32)) * np.float32(0.5)
+    grid = _grid("IQ3_XXS")[b[:, 2:66]].reshape(n, 8, 32)
+    return db, grid * _ksigns(words).reshape(n, 8, 32), None
+
+
+def _iq3_s(b: U8) -> Parts:   # d, qs[64], qh[8], signs[32], scales[4]
+    n = len(b)
+    high = (b[:, 66:74, None] >> np.arange(8, dtype=np.uint8)) & 1
+    grid = _grid("IQ3_S")[b[:, 2:66].astype(np.uint16) | (high.reshape(n, 64).astype(np.uint16) << 8)]
+    code = grid.reshape(n, 256) * _sign_bits(b[:, 74:106])
+    s = np.stack([b[:, 106:110] & 0x0F, b[:, 106:110] >> 4], axis=-1).reshape(n, 8)
+    return _f16(b[:, :2]) * (1 + 2 * s).astype(np.float32), code.reshape(n, 8, 32), None
+
+
+_IQ1_DELTA = np.float32(0.125)
+
+
+def _iq1_s(b: U8) -> Parts:   # d, qs[32], qh[8] u16: 3 x 3 high grid bits, 3-bit scale << 12, delta's sign << 15
+    n = len(b)
+    qh = np.ascontiguousarray(b[:, 34:50]).view("<u2")
+    high = (qh[..., None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7
+    grid = _grid("IQ1_S")[b[:, 2:34].astype(np.uint16) | (high.reshape(n, 32) << 8)].reshape(n, 8, 32)
+    delta = np.where((qh & np.uint16(0x8000)) == 0, _IQ1_DELTA, -_IQ1_DELTA)
+    dl = _f16(b[:, :2]) * (2 * ((qh >> 12) & 7) + 1).astype(np.float32)
+    return dl, grid + delta[..., None], None
+
+
+def _iq1_m(b: U8) -> Parts:   # qs[32], qh[16] (a nibble a group of 8: 3 grid bits, delta's sign), scales[4] u16
+    n = len(b)
+    sc = np.ascontiguousarray(b[:, 48:56]).view("<u2")
+    d16 = (sc & np.uint16(0xF000)) >> np.array([12, 8, 4, 0], dtype=np.uint16)   # d's nibbles, low first
+    d = np.ascontiguousarray(d16[:, 0] | d16[:, 1] | d16[:, 2] | d16[:, 3]).view("<f2").astype(np.float32)
+    s = ((sc[..., None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7).reshape(n, 16)
+    nib = np.stack([b[:, 32:48] & 0x0F, b[:, 32:48] >> 4], axis=-1).reshape(n, 32)
+    grid = _grid("IQ1_M")[b[:, :32].astype(np.uint16) | ((nib & 7).astype(np.uint16) << 8)]
+    delta = np.where((nib & 8) == 0, _IQ1_DELTA, -_IQ1_DELTA)
+    code = (grid + delta[..., None]).reshape(n, 16, 16)
+    return d[:, None] * (2 * s + 1).astype(np.float32), code, None
+
+
+CODEBOOKS: dict[str, Callable[[U8], Parts]] = {
+    "MXFP4": _mxfp4, "NVFP4": _nvfp4, "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs, "IQ2_XXS": _iq2_xxs, "IQ2_XS": _iq2_xs,
+    "IQ2_S": _iq2_s, "IQ3_XXS": _iq3_xxs, "IQ3_S": _iq3_s, "IQ1_S": _iq1_s, "IQ1_M": _iq1_m,
+}
 
 
 def dequantize(blocks: U8, dtype: str) -> F32:
