@@ -141,7 +141,7 @@ def _open_npz(path: str) -> Checkpoint:
         compressed = 0
         for info in members:
             if not info.filename.endswith(".npy"):
-                continue   # np.load ignores other members too (it offers them as raw files)
+                continue   # (np.load offers other members by their whole name: docs/numpy.md)
             name = info.filename.removesuffix(".npy")
             start = data_offset(path, f, info, size)
             if info.compress_type == zipfile.ZIP_STORED:
