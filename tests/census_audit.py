@@ -358,6 +358,19 @@ def _fit_mrope(defaults: Any, over: dict[str, Any]) -> None:
     over["rope_parameters"] = {**rope, **over.get("rope_parameters", {}), "mrope_section": sections}
 
 
+def report_ties(report: dict[str, Any]) -> set[frozenset[str]]:
+    """The tie groups of a `ties` report (analysis.ties.audit), each its stored target and its aliases."""
+    groups: dict[str, set[str]] = {}
+    for t in report["ties"]:
+        groups.setdefault(t["target"], {t["target"]}).add(t["alias"])
+    return {frozenset(g) for g in groups.values()}
+
+
+def report_rows(report: dict[str, Any]) -> dict[str, int]:
+    """A `ties` report's counting rows by convention: 'unique parameters', 'model.parameters()', ..."""
+    return {r["convention"].split(" of ")[0]: r["params"] for r in report["counting"]["rows"]}
+
+
 def model_oracle(model: Any) -> dict[str, Any]:
     """What the model object says: unique parameters, persistent buffer elements, tie groups."""
     params = {n for n, _ in model.named_parameters(remove_duplicate=False)}

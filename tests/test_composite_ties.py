@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from census_audit import model_oracle, saved_names  # noqa: E402
+from census_audit import model_oracle, report_rows, report_ties, saved_names  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.ties import audit  # noqa: E402
@@ -66,10 +66,7 @@ def test_decoder_ties_of_a_composite(tmp_path, wrapper, kind, tied):
     assert bool(as_saved["ties"]) == tied
     model.save_pretrained(tmp_path)
     report = audit(open_checkpoint(str(tmp_path)))
-    groups: dict[str, set[str]] = {}
-    for t in report["ties"]:
-        groups.setdefault(t["target"], {t["target"]}).add(t["alias"])
-    assert {frozenset(g) for g in groups.values()} == as_saved["ties"]
-    rows = {r["convention"].split(" of ")[0]: r["params"] for r in report["counting"]["rows"]}
+    assert report_ties(report) == as_saved["ties"]
+    rows = report_rows(report)
     assert rows["unique parameters"] == as_saved["params"]
     assert rows["every name counted"] == sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))

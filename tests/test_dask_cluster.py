@@ -18,6 +18,7 @@ import time
 import pytest
 
 from ckptstat.analysis.audit import strip_timing
+from ckptstat.analysis.stats.cluster import TASKS_PER_WORKER
 
 pytest.importorskip("distributed")
 psutil = pytest.importorskip("psutil")
@@ -337,7 +338,8 @@ def test_stats_losing_every_worker_or_its_scheduler_is_one_line(slow_file, tmp_p
     lone = Cluster(str(tmp_path / "lone"), request, nworkers=(1,))
     rc, err = _stats_killing(lone, slow_file, lone.worker.pid, os.killpg)   # (its nanny and its worker process)
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert "the Dask scheduler has had no worker for 2 s" in err and "of 4 parts of the checkpoint" in err
+    # (one worker: its TASKS_PER_WORKER tasks, the file's 6 tensors split)
+    assert "the Dask scheduler has had no worker for 2 s" in err and f"of {TASKS_PER_WORKER} parts" in err
     other = Cluster(str(tmp_path / "other"), request, nworkers=(1,))
     rc, err = _stats_killing(other, slow_file, other.scheduler.pid, os.kill)
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err

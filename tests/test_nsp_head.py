@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from census_audit import tiny_config  # noqa: E402
+from census_audit import report_rows, tiny_config  # noqa: E402
 
 from ckptstat import open_checkpoint, summarize  # noqa: E402
 from ckptstat.analysis.ties import audit  # noqa: E402
@@ -40,7 +40,7 @@ def test_nsp_head(tmp_path, cli, cfg_name, cls):
         model(torch.randint(0, cfg.vocab_size, (1, 16)))
     report = audit(open_checkpoint(str(tmp_path / "hf")))
     assert (report["rules"]["head"], report["rules"]["model"]) == ("nsp", cls)
-    rows = {r["convention"].split(" of ")[0]: r["params"] for r in report["counting"]["rows"]}
+    rows = report_rows(report)
     assert rows["unique parameters"] == rows["model.parameters()"] == params
     assert summarize(open_checkpoint(str(tmp_path / "sd.pt")))["resolved"]["head"] == "nsp"   # from the names
     rc, out, _ = cli("flops", str(tmp_path / "hf"), "-b", "1", "-s", "16", "--json")

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from census_audit import model_oracle, tiny_config  # noqa: E402
+from census_audit import model_oracle, report_rows, report_ties, tiny_config  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.ties import audit  # noqa: E402
@@ -43,11 +43,8 @@ def test_ties_and_rows_are_the_models(tmp_path, cfg_name, cls, tied):
     model = _saved(tmp_path, cfg_name, cls, tied)
     oracle = model_oracle(model)
     report = audit(open_checkpoint(str(tmp_path)))
-    groups: dict[str, set[str]] = {}
-    for t in report["ties"]:
-        groups.setdefault(t["target"], {t["target"]}).add(t["alias"])
-    assert {frozenset(g) for g in groups.values()} == oracle["ties"]
-    rows = {r["convention"].split(" of ")[0]: r["params"] for r in report["counting"]["rows"]}
+    assert report_ties(report) == oracle["ties"]
+    rows = report_rows(report)
     every = sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
     assert rows["unique parameters"] == rows["model.parameters()"] == oracle["params"]
     assert rows["every name counted"] == every

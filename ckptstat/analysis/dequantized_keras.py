@@ -18,6 +18,7 @@ or an Embedding's: the shapes cannot tell), an untied ReversibleEmbedding's reve
 never the table)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from ..census.quant import QuantWeight, layout
 from ..census.quant.keras import computes_float32
 from ..core import Checkpoint
+from ..core.dtypes import decode
 
 RULE = ("Keras 3's int8 / int4 Dense, EinsumDense (int4) and Embedding kernels as Keras dequantises them, in float32: "
         "code / scale (a scale a column; an Embedding's a row), sub-channel int4 (code - zero) x scale by group")
@@ -48,10 +50,16 @@ class KerasValues:
         if self.bits == 8:
             raw = self.src.read_elements(self.codes, r0 * self.cols, (r1 - r0) * self.cols)
             return np.asarray(raw, dtype=np.int8).reshape(r1 - r0, self.cols)
-        width = -(-self.cols // 2)
-        raw = np.asarray(self.src.read_stored(self.codes, r0 * width, (r1 - r0) * width)).reshape(-1, width)
-        nibbles = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(r1 - r0, 2 * width)[:, :self.cols]
-        return (nibbles.astype(np.int8) ^ 8) - 8   # sign-extended 4-bit
+        width = -(-self.cols // 2)   # (a row of an odd number of columns ends in a padding nibble)
+        raw = np.asarray(self.src.read_stored(self.codes, r0 * width, (r1 - r0) * width), dtype=np.uint8)
+        return decode(raw, "I4", 2 * raw.size).reshape(r1 - r0, 2 * width)[:, :self.cols]   # low nibble first, signed
+
+    @functools.cached_property
+    def _whole(self) -> dict[str, np.ndarray]:
+        """What every chunk of rows uses whole, read once: the group index, and a Dense's scale and zero point (an
+        Embedding's are read by rows, `_rows_of`)."""
+        names = [self.g_idx] + ([] if self.per_row else [self.scale, self.zero])
+        return {n: np.asarray(self.src.read(n), dtype=np.float32) for n in names if n is not None}
 
     def _rows_of(self, name: str, r0: int, r1: int) -> np.ndarray:
         """Rows [r0, r1) of a per-row scale or zero point ([rows] or [rows, groups]), float32 [r1 - r0, groups]."""
@@ -64,13 +72,12 @@ class KerasValues:
         if self.zero is None:
             if self.per_row:
                 return q / self._rows_of(self.scale, r0, r1)
-            return q / np.asarray(self.src.read(self.scale), dtype=np.float32).reshape(1, -1)
-        assert self.g_idx is not None
-        g = np.asarray(self.src.read(self.g_idx), dtype=np.float32).astype(np.int64)
+            return q / self._whole[self.scale].reshape(1, -1)
+        assert self.g_idx is not None and self.zero is not None
+        g = self._whole[self.g_idx].astype(np.int64)
         if self.per_row:   # scale [vocabulary, groups], a column's group g_idx[column]
             return (q - self._rows_of(self.zero, r0, r1)[:, g]) * self._rows_of(self.scale, r0, r1)[:, g]
-        scale = np.asarray(self.src.read(self.scale), dtype=np.float32)   # [groups, columns], a row's group g_idx[row]
-        zero = np.asarray(self.src.read(self.zero), dtype=np.float32)
+        scale, zero = self._whole[self.scale], self._whole[self.zero]   # [groups, columns], a row's group g_idx[row]
         return (q - zero[g[r0:r1]]) * scale[g[r0:r1]]
 
     def read(self, start: int, count: int) -> np.ndarray:

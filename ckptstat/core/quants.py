@@ -96,6 +96,12 @@ def _fields(packed: U8, run: int, shifts: tuple[int, ...], mask: int) -> U8:
     return codes
 
 
+def _nibble_pairs(packed: U8) -> U8:
+    """(n, k) bytes -> (n, 2k) codes, each byte's low nibble then its high one (the i-quants' scales, IQ1_M's qh)."""
+    pairs: U8 = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(len(packed), -1)
+    return pairs
+
+
 def _k_scales_mins(scales: U8) -> tuple[U8, U8]:
     """Q4_K/Q5_K: 12 bytes -> 8 six-bit scales and 8 six-bit mins (ggml-quants.c get_scale_min_k4)."""
     n = scales.shape[0]
@@ -313,7 +319,7 @@ def _iq2_xxs(b: U8) -> Parts:   # d, 8 x (4 grid bytes, u32 signs and scale)
 
 def _iq2_scales(d: F32, scales: U8) -> F32:
     """IQ2_XS / IQ2_S: 8 bytes -> 16 sub-block scales d * (0.5 + s) / 4, low nibble first."""
-    s = np.stack([scales & 0x0F, scales >> 4], axis=-1).reshape(len(scales), 16)
+    s = _nibble_pairs(scales)
     db: F32 = d * (np.float32(0.5) + s.astype(np.float32)) * np.float32(0.25)
     return db
 
@@ -346,7 +352,7 @@ def _iq3_s(b: U8) -> Parts:   # d, qs[64], qh[8], signs[32], scales[4]
     high = (b[:, 66:74, None] >> np.arange(8, dtype=np.uint8)) & 1
     grid = _grid("IQ3_S")[b[:, 2:66].astype(np.uint16) | (high.reshape(n, 64).astype(np.uint16) << 8)]
     code = grid.reshape(n, 256) * _sign_bits(b[:, 74:106])
-    s = np.stack([b[:, 106:110] & 0x0F, b[:, 106:110] >> 4], axis=-1).reshape(n, 8)
+    s = _nibble_pairs(b[:, 106:110])
     return _f16(b[:, :2]) * (1 + 2 * s).astype(np.float32), code.reshape(n, 8, 32), None
 
 
@@ -369,7 +375,7 @@ def _iq1_m(b: U8) -> Parts:   # qs[32], qh[16] (a nibble a group of 8: 3 grid bi
     d16 = (sc & np.uint16(0xF000)) >> np.array([12, 8, 4, 0], dtype=np.uint16)   # d's nibbles, low first
     d = np.ascontiguousarray(d16[:, 0] | d16[:, 1] | d16[:, 2] | d16[:, 3]).view("<f2").astype(np.float32)
     s = ((sc[..., None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7).reshape(n, 16)
-    nib = np.stack([b[:, 32:48] & 0x0F, b[:, 32:48] >> 4], axis=-1).reshape(n, 32)
+    nib = _nibble_pairs(b[:, 32:48])
     grid = _grid("IQ1_M")[b[:, :32].astype(np.uint16) | ((nib & 7).astype(np.uint16) << 8)]
     delta = np.where((nib & 8) == 0, _IQ1_DELTA, -_IQ1_DELTA)
     code = (grid + delta[..., None]).reshape(n, 16, 16)
