@@ -1,5 +1,5 @@
 """Buckets of what transformers saves, for families whose embeddings, final norms or heads no bucket rule placed
-(naming.py BUCKET_RULES; README "Counting conventions"): every parameter of these saves in a bucket, none `other`, and
+(naming/ BUCKET_RULES; README "Counting conventions"): every parameter of these saves in a bucket, none `other`, and
 each named tensor in the bucket its role in the model gives it (the embedding table's, the final norm after the last
 layer's, the LM or task head's). Before, GPT-NeoX's (Pythia's) `embed_in` and `embed_out`, BLOOM's
 `word_embeddings_layernorm`, ModernBERT's `final_norm`, `head` and `decoder`, XLM-RoBERTa-XL's `encoder.LayerNorm`,

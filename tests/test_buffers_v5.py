@@ -1,4 +1,4 @@
-"""Buffers transformers 5 registers under names that read as weights (naming.py ROLE_RULES, "transformers 5
+"""Buffers transformers 5 registers under names that read as weights (naming/ ROLE_RULES, "transformers 5
 buffers"): LFM2-MoE's router expert_bias, Apertus' xIELU beta / eps, Gemma 4's per-layer layer_scalar. Each model
 is built tiny, written by save_pretrained and by torch.save(state_dict); the oracle is the model object
 (census_audit.model_oracle: parameters() and its persistent buffers). AfMoE's expert_bias is a parameter

@@ -453,7 +453,7 @@ def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(cli, be
 
 @pytest.mark.parametrize("case", CONVERTED)
 def test_each_block_holds_what_the_transformers_layer_holds(case):
-    """Keras names the first block of a kind bare and the next ones `_1`, `_2`... (naming.py `first`): layer 0, 1..."""
+    """Keras names the first block of a kind bare and the next ones `_1`, `_2`... (naming/ `first`): layer 0, 1..."""
     report = summarize(_folder(case))
     layers = [r["params"] for r in sorted(report["layers"], key=lambda r: r["layer"]) if r["bucket"] == "encoder"]
     assert layers == EXPECTED[case]["transformers"]["layer_params"]

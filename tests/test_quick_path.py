@@ -197,7 +197,7 @@ def test_every_tf_spelling_rule_has_a_literal():
 
 
 def test_every_structural_tie_rule_has_a_literal():
-    from ckptstat.naming import _STRUCTURAL_LITERALS, STACK_TIE_RULES, STRUCTURAL_TIE_RULES
+    from ckptstat.naming.layout_ties import _STRUCTURAL_LITERALS, STACK_TIE_RULES, STRUCTURAL_TIE_RULES
     for present, *_ in [*STRUCTURAL_TIE_RULES, *STACK_TIE_RULES]:
         assert any(lit in present.pattern.replace("\\", "") for lit in _STRUCTURAL_LITERALS), present.pattern
 
@@ -282,7 +282,8 @@ def test_digit_forms_answer_every_literal_pre_check_as_the_names_do(name_slices)
     from ckptstat.census.quant import _LAYOUT_LITERALS as QUANT
     from ckptstat.core import TensorInfo
     from ckptstat.families.framework.infer import _LEFT_OUT_LITERALS, _REWRITE_LITERALS, tf_spelled
-    from ckptstat.naming import _STRUCTURAL_LITERALS, digit_forms, structural_ties
+    from ckptstat.naming import digit_forms
+    from ckptstat.naming.layout_ties import _STRUCTURAL_LITERALS, structural_ties
     literals = QUANT + _LEFT_OUT_LITERALS + _REWRITE_LITERALS + _STRUCTURAL_LITERALS + ("_._", ":", "ATTRIBUTES")
     assert not any(c.isdigit() for lit in literals for c in lit)
     rng = random.Random(1)
@@ -314,7 +315,7 @@ def test_find_over_joined_names_equals_a_scan():
 
 
 def test_every_layout_rule_has_a_literal():
-    from ckptstat.naming import _LAYOUT_LITERALS, LAYOUT_RULES
+    from ckptstat.naming.layout_ties import _LAYOUT_LITERALS, LAYOUT_RULES
     for rx, _ in LAYOUT_RULES:
         assert any(lit in rx.pattern.replace("\\", "") for lit in _LAYOUT_LITERALS), rx.pattern
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ckptstat import CkptstatError, CorruptCheckpointError, FileNotFound, open_checkpoint, summarize
 from ckptstat.formats import crc32c
 from ckptstat.formats.tf_bundle import MAGIC_BYTES, slice_key
-from ckptstat.naming import kernel_layout, out_in_shape
+from ckptstat.naming.layout_ties import kernel_layout, out_in_shape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "fixtures")

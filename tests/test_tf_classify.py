@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptstat.naming import classify, kernel_layout, out_in_shape, structural_ties
+from ckptstat.naming import classify
+from ckptstat.naming.layout_ties import kernel_layout, out_in_shape, structural_ties
 
 CASES = [
     # google-research BERT (TF1)

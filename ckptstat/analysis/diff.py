@@ -22,7 +22,8 @@ from ..core.dtypes import can_decode
 from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
-from ..naming import out_in_shape, strip_prefixes
+from ..naming import strip_prefixes
+from ..naming.layout_ties import out_in_shape
 from . import dequantized
 from .conversion import (
     MAX_EXPERTS,

@@ -25,7 +25,8 @@ from ..families.framework.base import TieRule
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..families.tie_table import ClassTies, class_ties
 from ..families.wrappers import language_config
-from ..naming import name_forms, structural_ties
+from ..naming import name_forms
+from ..naming.layout_ties import structural_ties
 from .counts import aliases
 from .quant import logical
 from .resolution import resolve

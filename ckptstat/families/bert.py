@@ -13,7 +13,7 @@ its block-sparse attention, BlockSparse, is not described: a longer sequence goe
 (modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table),
 LayoutLM (modeling_layoutlm.py: BERT's with x / y / h / w position tables for the tokens' boxes: Layout2D, its pooler on
 every head), I-BERT (modeling_ibert.py, quant_modules.py: RoBERTa's parameters and matmuls, its quantisation-aware
-modules' integer copies, scaling factors and ranges buffers, naming.py's rules).
+modules' integer copies, scaling factors and ranges buffers, naming/'s rules).
 
 One description: `walk` writes the forward with encoder.py's recorded pieces, each module recorded as its op is
 written, and the op template (build), the expected tensors of every head and the GGUF table all derive from it."""
@@ -556,7 +556,7 @@ FAMILY = Family(
                 "LayoutLMForTokenClassification"), device="cpu", infer=False),
         Sample("LayoutLMConfig", dict(_SIZES, tie_word_embeddings=False),
                ("LayoutLMForMaskedLM", "LayoutLMForQuestionAnswering"), device="cpu", infer=False),
-        # I-BERT: without a config its names read as RoBERTa's (its buffers set apart by naming.py)
+        # I-BERT: without a config its names read as RoBERTa's (its buffers set apart by naming/)
         Sample("IBertConfig", dict(_SIZES, num_labels=3), ("IBertModel", "IBertForMaskedLM", "IBertForSequenceClassification",
                                                          "IBertForTokenClassification"), device="cpu", infer=False),
         Sample("IBertConfig", dict(_SIZES, quant_mode=True), ("IBertForMaskedLM", "IBertForQuestionAnswering"), device="cpu",

@@ -11,7 +11,8 @@ from typing import Any
 from ...core import TensorInfo
 from ...core.tensor_table import TensorTable, with_extra
 from ...errors import UsageError
-from ...naming import joined_slices, kernel_layout, normalize, out_in_shape, role_of
+from ...naming import joined_slices, normalize, role_of
+from ...naming.layout_ties import kernel_layout, out_in_shape
 from .base import Tensors
 
 # TF spellings -> transformers' PyTorch spelling, applied after naming.normalize (which has turned
