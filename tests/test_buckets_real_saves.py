@@ -5,7 +5,8 @@ layer's, the LM or task head's). Before, GPT-NeoX's (Pythia's) `embed_in` and `e
 `word_embeddings_layernorm`, ModernBERT's `final_norm`, `head` and `decoder`, XLM-RoBERTa-XL's `encoder.LayerNorm`,
 ESM's `emb_layer_norm_after`, LFM2's `embedding_norm` (its final norm, modeling_lfm2.py), XLNet's
 `word_embedding`, BART's `classification_head`, FSMT's `output_projection`, ProphetNet's decoder embeddings and
-PEGASUS-X's `embed_global` were `other`.
+PEGASUS-X's `embed_global` were `other`; so were wav2vec2's (HuBERT's, WavLM's, Data2VecAudio's) conv feature encoder,
+feature projection and conv position embedding, SigLIP's text head and logit bias, CLAP's audio projection and scales.
 
 Each model is built tiny from its config class (census_audit.tiny_config) and saved by `save_pretrained`.
 """
@@ -39,6 +40,18 @@ CASES = [
     ("ProphetNetConfig", "ProphetNetForConditionalGeneration", {"prophetnet.decoder.ngram_embeddings.weight": "embedding",
                                                                 "prophetnet.decoder.embeddings_layer_norm.weight": "embedding"}),
     ("PegasusXConfig", "PegasusXForConditionalGeneration", {"model.encoder.embed_global.weight": "embedding"}),
+    # wav2vec2's front-end: the conv feature encoder, its projection, the conv position embedding (modeling_wav2vec2.py)
+    ("Wav2Vec2Config", "Wav2Vec2ForCTC", {"wav2vec2.feature_extractor.conv_layers.0.conv.weight": "embedding",
+                                          "wav2vec2.feature_projection.projection.weight": "embedding",
+                                          "wav2vec2.masked_spec_embed": "embedding", "lm_head.weight": "cls"}),
+    ("HubertConfig", "HubertForCTC", {"hubert.encoder.pos_conv_embed.conv.bias": "embedding"}),
+    ("WavLMConfig", "WavLMForCTC", {"wavlm.feature_projection.layer_norm.weight": "embedding"}),
+    ("Data2VecAudioConfig", "Data2VecAudioForCTC", {"data2vec_audio.feature_extractor.conv_layers.1.layer_norm.weight":
+                                                    "embedding"}),
+    # SigLIP's text head and logit bias; CLAP's audio projection and scales (the contrastive heads, as CLIP's)
+    ("SiglipConfig", "SiglipModel", {"text_model.head.weight": "cls", "logit_bias": "cls",
+                                     "vision_model.head.mlp.fc1.weight": "vision"}),
+    ("ClapConfig", "ClapModel", {"audio_projection.linear1.weight": "cls", "logit_scale_a": "cls"}),
 ]
 
 

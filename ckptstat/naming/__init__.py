@@ -2,7 +2,8 @@
 
 Buckets: embedding, encoder (per layer; a decoder-only model's blocks are its encoder-equivalent),
 decoder (the decoder stack of an encoder-decoder model such as T5), pooler, cls (task and LM heads),
-other (whatever no rule places: listed, never dropped).
+vision and audio (a multimodal model's image / audio towers and the projectors into its language model, their
+blocks numbered apart from the language model's), other (whatever no rule places: listed, never dropped).
 Roles: parameter, buffer (torch registered buffers: position-id tables, BatchNorm running statistics),
 non-trainable (Keras non-trainable variables: BatchNormalization moving statistics, which Keras's
 count_params() counts and torch's parameters() does not), metric (Keras metric state: totals and
@@ -25,7 +26,7 @@ from itertools import repeat
 from ..core import Checkpoint, dtypes
 from ..errors import CorruptCheckpointError
 
-BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
+BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "vision", "audio", "other")
 ROLES: tuple[str, ...] = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
 # Roles of the stored pieces of a quantised weight (census/quant/ groups them; docs/quantized.md).
 QUANT_ROLES = ("packed-weight", "quantized-weight", "scale", "zero-point", "group-index", "absmax", "quant-map",
@@ -120,7 +121,42 @@ ROLE_RULES = _rules([
 # GPT-2's causal mask `h.N.attn.bias` is a buffer, but `attn.bias` of rank 1 would be a real bias.
 _GPT2_MASK = re.compile(r"(^|\.)attn\.bias$")
 
-BUCKET_RULES = _rules([
+# Multimodal towers (transformers 5.25's vision-language and audio-language wrappers, CLIP's and SigLIP's image half,
+# OpenCLIP's `visual`): a tower's blocks would otherwise be `encoder.N` beside the language model's `layers.N`, one
+# row for two layers. The tower is a component anywhere in the name (Gemma 3's `vision_tower.vision_model.encoder.
+# layers.N`, Qwen2-VL's `visual.blocks.N`, Qwen-Omni's `thinker.audio_tower.layers.N`), its layer the first block
+# number inside it (none for Qwen3-VL's `visual.deepstack_merger_list.N`, a projector). Modules named for their
+# modality are that modality's, no layer; a projector named for none is placed by MODALITY_PROJECTORS.
+_VISION_TOWERS = (r"vision_tower|vision_model|visual|image_tower|video_tower|vision_encoder|visual_tokenizer"
+                  r"|vision_backbone|high_res_vision_model|video_model")
+_AUDIO_TOWERS = r"audio_tower|audio_encoder|speech_encoder"
+_BLOCK = r"(?:[^.]+\.)*?(?:layers?|blocks?|resblocks|h)\.(?P<layer>\d+)\."
+TOWER_RULES = [
+    (rf"(^|\.)({_VISION_TOWERS})\.{_BLOCK}", "vision"),
+    (rf"(^|\.)({_VISION_TOWERS})\.", "vision"),
+    (rf"(^|\.)({_AUDIO_TOWERS})\.{_BLOCK}", "audio"),
+    (rf"(^|\.)({_AUDIO_TOWERS})\.", "audio"),
+    # projectors and tables named for images: LLaVA-NeXT's image_newline, Ovis's visual vocabulary (vte), Kosmos-2's,
+    # LightOnOCR's, HyperCLOVAX's, Mistral Large 3's, Step's, DeepSeek-VL-Hybrid's, Gemma 3n's and Gemma 4's, Granite 4
+    # Vision's Q-Formers; the image tokenizer (VQ-GAN) and image-generation head of Chameleon, Emu3 and Janus
+    (r"(^|\.)(image_newline|visual_embeddings_table|vte|image_to_text_projection|vision_projection|vision_projector"
+     r"|vision_adapter|vision_language_adapter|vit_large_projector|high_res_vision_(neck|proj|alpha)|embed_vision"
+     r"|layerwise_projectors|spatial_projectors|vqmodel|generation_(embeddings|aligner|head))(\.|$)", "vision"),
+    (r"(^|\.)(embed_audio|audio_projector)(\.|$)", "audio"),   # Gemma 3n's / Gemma 4's audio embedder
+    # llama.cpp's multimodal projector files (mmproj-*.gguf, tools/mtmd/clip-impl.h): `v.blk.N.*`, `a.blk.N.*`
+    (r"^v\.blk\.(?P<layer>\d+)\.", "vision"), (r"^v\.", "vision"),
+    (r"^a\.blk\.(?P<layer>\d+)\.", "audio"), (r"^(a|mm\.a)\.", "audio"),
+]
+# Projectors into the language model named for no modality (LLaVA's multi_modal_projector, Idefics3's connector,
+# MiniCPM-V's merger, BLIP-2's Q-Former...), as a name's first component: the image side's where the checkpoint
+# holds a vision tower, else the audio side's (Qwen2-Audio's and Voxtral's multi_modal_projector, Granite Speech's
+# projector; an mmproj GGUF's `mm.*` and `resampler.*`); in a checkpoint without a tower, whatever the rules below say
+# (classify_columns)
+MODALITY_PROJECTORS = re.compile(r"^(multi_modal_projector|mm_projector|connector|merger|aligner|projector|mlp1"
+                                 r"|mlp_AR|language_projection|qformer|query_tokens|patch_merge_mlp|patch_merger"
+                                 r"|pre_mm_projector_norm|resampler_model|resampler|mm)(\.|$)")
+
+BUCKET_RULES = _rules(TOWER_RULES + [
     # Embeddings
     (r"(^|\.)(embeddings(_project|_layer_norm)?|ngram_embeddings|position_embeddings|embed_global)\.", "embedding"),  # BERT,
     # RoBERTa, ALBERT, ELECTRA, DistilBERT; ProphetNet's decoder embeddings, PEGASUS-X's global tokens
@@ -133,6 +169,10 @@ BUCKET_RULES = _rules([
     (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
     (r"(^|\.)(embedder|pre_layrnorm)\.", "embedding"),                # ResNet conv stem; CLIP vision pre-norm (sic)
     (r"(^|\.)conv_stem\.", "embedding"),                               # MobileNet's conv stem (timm EfficientNet's)
+    # wav2vec2's front-end (HuBERT, WavLM, Data2VecAudio, UniSpeech, SEW): the conv feature encoder over the waveform,
+    # its projection to the model width, the convolutional position embedding, the masked-frame vector
+    (r"(^|\.)(feature_extractor\.conv_layers|feature_projection|encoder\.pos_conv_embed)\.|(^|\.)masked_spec_embed$",
+     "embedding"),
     # Megatron-Core LanguageModelEmbedding (GPT, BERT, T5; NeMo 2.0): word, learned position and token-type tables
     (r"(^|\.)embedding\.(word_embeddings|position_embeddings|tokentype_embeddings)\.", "embedding"),
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
@@ -166,7 +206,9 @@ BUCKET_RULES = _rules([
     # GPTModel output_layer, GPT-NeoX's embed_out, ESM's contact_head; a top-level `head` (ModernBERT's MLM head,
     # timm's classifier) and ModernBERT's `decoder` Linear; BART's classification_head, FSMT's output_projection
     (r"^(head\.|decoder\.(weight|bias)$)", "cls"),
-    (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
+    # CLIP's contrastive head; SigLIP's text head and logit bias, CLAP's audio projection and two scales
+    (r"(^|\.)(visual_projection|text_projection|audio_projection)\.|(^|\.)(logit_scale(_a|_t)?|logit_bias)$"
+     r"|^text_model\.head\.", "cls"),
     # Keras 3 `.weights.h5` (KerasHub presets: formats/keras_hub.py) names a layer by its class, the first of a kind
     # bare and the next ones `_1`, `_2`...: `layers/gemma_decoder_block/...`, `layers/gemma_decoder_block_1/...`
     # (`first`: layer 0); the embeddings `reversible_embedding`, `position_embedding`, `token_and_position_embedding`;
@@ -470,6 +512,8 @@ def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int
                    text.translate(_DIGIT_TO_HASH).split("\n"))
     else:
         out, has_encoder = masked.out, masked.has_encoder()
+    if _place_projectors(out):   # (a Q-Former's layers were `encoder`: BLIP-2's OPT is then decoder-only)
+        has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in set(out.values()))
     if not has_encoder:   # decoder layers alone are the encoder stack; the dict changed in place, not made twice
         encoder: dict[int, Placement] = {}   # id of a decoder placement -> its encoder one
         for k, p in out.items():
@@ -479,3 +523,19 @@ def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int
                     q = encoder[id(p)] = Placement("encoder", p.layer, p.role)
                 out[k] = q
     return out
+
+
+def _place_projectors(out: dict[str, Placement]) -> bool:
+    """MODALITY_PROJECTORS' tensors placed on the side of the checkpoint's tower (vision before audio), in place;
+    False where the checkpoint holds no tower or no such projector."""
+    placed = set(map(operator.attrgetter("bucket"), out.values()))
+    side = "vision" if "vision" in placed else "audio" if "audio" in placed else None
+    if side is None:
+        return False
+    made: dict[str, Placement] = {}
+    moved = False
+    for name, p in out.items():
+        if p.bucket not in ("vision", "audio") and MODALITY_PROJECTORS.match(strip_prefixes(name)):
+            out[name] = made.get(p.role) or made.setdefault(p.role, Placement(side, None, p.role))
+            moved = True
+    return moved
