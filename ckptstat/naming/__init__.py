@@ -507,12 +507,14 @@ def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int
                 or "\x00" in text or "\x01" in text):
             out = {name: classify(name, dtype, shape) for name, dtype, shape in zip(names, dtypes, shapes)}
             has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
+            placed = set(map(operator.attrgetter("bucket"), out.values()))
             break
         masked.add(part, dtypes[i:i + SLICE_NAMES], list(map(len, shapes[i:i + SLICE_NAMES])),
                    text.translate(_DIGIT_TO_HASH).split("\n"))
     else:
         out, has_encoder = masked.out, masked.has_encoder()
-    if _place_projectors(out):   # (a Q-Former's layers were `encoder`: BLIP-2's OPT is then decoder-only)
+        placed = {bucket for bucket, *_ in masked.rules.values()}   # (a few dozen rules, not every name)
+    if _place_projectors(out, placed):   # (a Q-Former's layers were `encoder`: BLIP-2's OPT is then decoder-only)
         has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in set(out.values()))
     if not has_encoder:   # decoder layers alone are the encoder stack; the dict changed in place, not made twice
         encoder: dict[int, Placement] = {}   # id of a decoder placement -> its encoder one
@@ -525,10 +527,9 @@ def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int
     return out
 
 
-def _place_projectors(out: dict[str, Placement]) -> bool:
+def _place_projectors(out: dict[str, Placement], placed: set[str]) -> bool:
     """MODALITY_PROJECTORS' tensors placed on the side of the checkpoint's tower (vision before audio), in place;
-    False where the checkpoint holds no tower or no such projector."""
-    placed = set(map(operator.attrgetter("bucket"), out.values()))
+    False where the checkpoint holds no tower (no bucket of `placed`) or no such projector."""
     side = "vision" if "vision" in placed else "audio" if "audio" in placed else None
     if side is None:
         return False
