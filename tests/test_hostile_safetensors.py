@@ -124,6 +124,31 @@ def test_index_shard_outside_folder(tmp_path):
         open_checkpoint(tmp_path / "m.safetensors.index.json")
 
 
+def test_index_shard_written_dot_slash(tmp_path):
+    """An index naming `./model-00001-of-00003.safetensors` (transformers joins it to the folder and loads it) is
+    read; `./../` is still a name outside the folder."""
+    torch = pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    T.logging.set_verbosity_error()
+    cfg = T.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        num_key_value_heads=1, vocab_size=64)
+    T.LlamaForCausalLM(cfg).save_pretrained(tmp_path, max_shard_size="10KB")
+    index = tmp_path / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"] = {k: "./" + v for k, v in data["weight_map"].items()}
+    index.write_text(json.dumps(data))
+    loaded = T.LlamaForCausalLM.from_pretrained(tmp_path)
+    ckpt = open_checkpoint(tmp_path)
+    assert len(ckpt.files) == 3 and sum(t.numel for t in ckpt.tensors.values()) == \
+        sum(v.numel() for v in loaded.state_dict().values())
+    with torch.no_grad():
+        assert all(torch.equal(torch.from_numpy(ckpt.read(n).copy()), v) for n, v in loaded.state_dict().items())
+    data["weight_map"] = {k: "./../" + v[2:] for k, v in data["weight_map"].items()}
+    index.write_text(json.dumps(data))
+    with pytest.raises(CorruptCheckpointError, match="not a file name"):
+        open_checkpoint(tmp_path)
+
+
 def test_corrupt_index_json(tmp_path):
     (tmp_path / "m.safetensors.index.json").write_text("{oops")
     with pytest.raises(CorruptCheckpointError, match="m.safetensors.index.json"):

@@ -251,6 +251,8 @@ def index_shards(path: str, index: Any) -> dict[str, list[str]]:
         for shard in listed:
             if not isinstance(shard, str):
                 raise CorruptCheckpointError(path, f"index maps {name!r} to {str(value)[:60]}, not a shard file name")
+            while shard.startswith("./"):   # `./model-00001-of-00002.safetensors`: transformers joins it to the folder
+                shard = shard[2:]
             if os.path.basename(shard) != shard or shard in ("", ".", ".."):
                 raise CorruptCheckpointError(path, f"shard {shard!r} is not a file name in the index's folder")
             shards.setdefault(shard, []).append(name)
