@@ -14,7 +14,8 @@ transformers = pytest.importorskip("transformers")
 
 from census_audit import tiny_config  # noqa: E402
 
-# (class, the side its tower is on); Mllama's tower holds two block stacks (local and global): not here
+# (class, the side its tower is on); Mllama's tower holds a second stack (global_transformer) and Video-LLaVA a second
+# tower (video_tower): their blocks are in the bucket, not in rows (the first stack's indices are taken)
 CASES = [
     ("LlavaForConditionalGeneration", "vision"), ("LlavaNextForConditionalGeneration", "vision"),
     ("Qwen2VLForConditionalGeneration", "vision"), ("Qwen2_5_VLForConditionalGeneration", "vision"),
@@ -23,9 +24,10 @@ CASES = [
     ("SmolVLMForConditionalGeneration", "vision"), ("Mistral3ForConditionalGeneration", "vision"),
     ("Llama4ForConditionalGeneration", "vision"), ("InternVLForConditionalGeneration", "vision"),
     ("Blip2ForConditionalGeneration", "vision"), ("Qwen2AudioForConditionalGeneration", "audio"),
-    ("VoxtralForConditionalGeneration", "audio"),
+    ("VoxtralForConditionalGeneration", "audio"), ("MllamaForConditionalGeneration", "vision"),
+    ("VideoLlavaForConditionalGeneration", "vision"),
 ]
-TOWERS = {"vision": ("vision_tower", "visual", "vision_model"), "audio": ("audio_tower",)}
+TOWERS = {"vision": ("vision_tower", "visual", "vision_model", "image_tower"), "audio": ("audio_tower",)}
 
 
 def _attr(model, names):
@@ -37,9 +39,9 @@ def _attr(model, names):
 
 
 def _blocks(module) -> torch.nn.ModuleList:
-    """The module's stack of blocks: its longest ModuleList named layers / layer / blocks."""
+    """The module's stack of blocks: its longest ModuleList named layers / layer / blocks (Mllama's local one)."""
     stacks = [m for n, m in module.named_modules() if isinstance(m, torch.nn.ModuleList)
-              and n.rsplit(".", 1)[-1] in ("layers", "layer", "blocks")]
+              and n.rsplit(".", 1)[-1] in ("layers", "layer", "blocks") and "global_transformer" not in n]
     return max(stacks, key=len)
 
 

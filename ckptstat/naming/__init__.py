@@ -126,12 +126,15 @@ _GPT2_MASK = re.compile(r"(^|\.)attn\.bias$")
 # row for two layers. The tower is a component anywhere in the name (Gemma 3's `vision_tower.vision_model.encoder.
 # layers.N`, Qwen2-VL's `visual.blocks.N`, Qwen-Omni's `thinker.audio_tower.layers.N`), its layer the first block
 # number inside it (none for Qwen3-VL's `visual.deepstack_merger_list.N`, a projector). Modules named for their
-# modality are that modality's, no layer; a projector named for none is placed by MODALITY_PROJECTORS.
-_VISION_TOWERS = (r"vision_tower|vision_model|visual|image_tower|video_tower|vision_encoder|visual_tokenizer"
-                  r"|vision_backbone|high_res_vision_model|video_model")
+# modality are that modality's, no layer; a projector named for none is placed by MODALITY_PROJECTORS. A second stack
+# beside a tower's own (Mllama's `global_transformer`, Video-LLaVA's `video_tower` beside its `image_tower`,
+# DeepSeek-VL-Hybrid's high-resolution tower) has no layer rows: its blocks would share the first stack's indices.
+_VISION_TOWERS = (r"vision_tower|vision_model|visual|image_tower|vision_encoder|visual_tokenizer"
+                  r"|vision_backbone|video_model")
 _AUDIO_TOWERS = r"audio_tower|audio_encoder|speech_encoder"
 _BLOCK = r"(?:[^.]+\.)*?(?:layers?|blocks?|resblocks|h)\.(?P<layer>\d+)\."
 TOWER_RULES = [
+    (rf"(^|\.)({_VISION_TOWERS})\.(.*\.)?global_transformer\.", "vision"),
     (rf"(^|\.)({_VISION_TOWERS})\.{_BLOCK}", "vision"),
     (rf"(^|\.)({_VISION_TOWERS})\.", "vision"),
     (rf"(^|\.)({_AUDIO_TOWERS})\.{_BLOCK}", "audio"),
@@ -140,7 +143,7 @@ TOWER_RULES = [
     # LightOnOCR's, HyperCLOVAX's, Mistral Large 3's, Step's, DeepSeek-VL-Hybrid's, Gemma 3n's and Gemma 4's, Granite 4
     # Vision's Q-Formers; the image tokenizer (VQ-GAN) and image-generation head of Chameleon, Emu3 and Janus
     (r"(^|\.)(image_newline|visual_embeddings_table|vte|image_to_text_projection|vision_projection|vision_projector"
-     r"|vision_adapter|vision_language_adapter|vit_large_projector|high_res_vision_(neck|proj|alpha)|embed_vision"
+     r"|vision_adapter|vision_language_adapter|vit_large_projector|high_res_vision_\w+|video_tower|embed_vision"
      r"|layerwise_projectors|spatial_projectors|vqmodel|generation_(embeddings|aligner|head))(\.|$)", "vision"),
     (r"(^|\.)(embed_audio|audio_projector)(\.|$)", "audio"),   # Gemma 3n's / Gemma 4's audio embedder
     # llama.cpp's multimodal projector files (mmproj-*.gguf, tools/mtmd/clip-impl.h): `v.blk.N.*`, `a.blk.N.*`
