@@ -52,6 +52,27 @@ CASES = [
     ("SiglipConfig", "SiglipModel", {"text_model.head.weight": "cls", "logit_bias": "cls",
                                      "vision_model.head.mlp.fc1.weight": "vision"}),
     ("ClapConfig", "ClapModel", {"audio_projection.linear1.weight": "cls", "logit_scale_a": "cls"}),
+    # XLM's per-layer lists and prediction layer; Gemma 3n's per-layer embeddings and AltUp; older final norms and heads
+    ("XLMConfig", "XLMWithLMHeadModel", {"transformer.attentions.1.q_lin.weight": "encoder", "pred_layer.proj.bias": "cls",
+                                         "transformer.layer_norm2.0.weight": "encoder",
+                                         "transformer.layer_norm_emb.weight": "embedding"}),
+    ("Gemma3nTextConfig", "Gemma3nForCausalLM", {"model.embed_tokens_per_layer.weight": "embedding",
+                                                 "model.per_layer_model_projection.weight": "embedding",
+                                                 "model.altup_projections.0.weight": "encoder"}),
+    ("OpenAIGPTConfig", "OpenAIGPTLMHeadModel", {"transformer.tokens_embed.weight": "embedding",
+                                                 "transformer.positions_embed.weight": "embedding"}),
+    ("CTRLConfig", "CTRLLMHeadModel", {"transformer.w.weight": "embedding"}),
+    ("MegatronBertConfig", "MegatronBertForMaskedLM", {"bert.encoder.ln.weight": "encoder"}),
+    ("RobertaPreLayerNormConfig", "RobertaPreLayerNormForMaskedLM", {"roberta_prelayernorm.LayerNorm.weight": "encoder"}),
+    ("BioGptConfig", "BioGptForCausalLM", {"biogpt.layer_norm.weight": "encoder"}),
+    ("XGLMConfig", "XGLMForCausalLM", {"model.layer_norm.weight": "encoder"}),
+    ("RwkvConfig", "RwkvForCausalLM", {"rwkv.ln_out.weight": "encoder"}),
+    ("MPNetConfig", "MPNetForMaskedLM", {"mpnet.encoder.relative_attention_bias.weight": "encoder"}),
+    ("LukeConfig", "LukeForMaskedLM", {"luke.entity_embeddings.entity_embeddings.weight": "embedding",
+                                       "entity_predictions.bias": "cls"}),
+    ("DeiTConfig", "DeiTForImageClassificationWithTeacher", {"cls_classifier.weight": "cls",
+                                                             "distillation_classifier.weight": "cls"}),
+    ("WhisperConfig", "WhisperForCausalLM", {"proj_out.weight": "cls"}),
 ]
 
 

@@ -165,6 +165,10 @@ BUCKET_RULES = _rules(TOWER_RULES + [
     # RoBERTa, ALBERT, ELECTRA, DistilBERT; ProphetNet's decoder embeddings, PEGASUS-X's global tokens
     (r"(^|\.)embedding_hidden_mapping_in\.", "embedding"),           # ALBERT factorised embedding projection
     (r"(^|\.)(wte|wpe)\.|(^|\.)mask_emb$", "embedding"),            # GPT-2; XLNet's mask embedding
+    # GPT-1's tables, XLM's (Flaubert's) embedding norm, CTRL's `w`, LUKE's entity embeddings; Gemma 3n's and Gemma 4's
+    # per-layer embeddings and their projection from the main embedding (modeling_gemma3n.py get_per_layer_inputs)
+    (r"(^|\.)(tokens_embed|positions_embed|layer_norm_emb|entity_embeddings|embed_tokens_per_layer"
+     r"|per_layer_model_projection|per_layer_projection_norm)\.|^w\.weight$|^(sew|sew_d)\.layer_norm\.", "embedding"),
     # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM (and its word_embeddings_layernorm), GPT-NeoX's embed_in, XLNet
     (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings?(_layernorm)?|embed_in)\.", "embedding"),
     (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
@@ -190,6 +194,12 @@ BUCKET_RULES = _rules(TOWER_RULES + [
     # Blocks: BERT `encoder.layer.N`, DistilBERT `transformer.layer.N`, GPT-2 `h.N`, LLaMA `layers.N`,
     # T5 `encoder.block.N`, ALBERT `albert_layer_groups.N`, TF1 BERT `layer_N`, GGUF `blk.N`
     (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
+    # XLM (Flaubert) holds each layer's modules in lists of their own: attentions.N, layer_norm1.N, ffns.N, layer_norm2.N
+    (r"(^|\.)(attentions|ffns|layer_norm\d+)\.(?P<layer>\d+)\.", "encoder"),   # (rules see numbers renumbered)
+    # across the layers: hyper-connection mixers (DeepSeek-V4's and HY-V4's hc_head), Gemma 3n's AltUp projections,
+    # MPNet's shared relative position bias, SEW's upsampling back to the frame rate
+    (r"(^|\.)(hc_head|hyper_connection_mixer|altup_projections|altup_unembed_projections"
+     r"|encoder\.relative_attention_bias|encoder\.upsample)(\.|$)", "encoder"),
     (r"(^|\.)downsampling_layer\.", "encoder"),                        # ConvNeXt's LayerNorm and conv between stages
     (r"(^|\.)conv_\d+x\d+\.", "encoder"),   # MobileNet V2's last conv, conv_1x1 (rules see numbers renumbered)
     # Final norms of a stack
@@ -197,6 +207,9 @@ BUCKET_RULES = _rules(TOWER_RULES + [
     (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm|final_norm|embedding_norm)\.", "encoder"),
     # Mamba final norm; Whisper/mBART encoder final norm; XLM-RoBERTa-XL's encoder.LayerNorm, ESM's emb_layer_norm_after
     (r"(^|\.)(norm_f|encoder\.(layer_norm|LayerNorm|emb_layer_norm_after))\.", "encoder"),
+    # Megatron-BERT's encoder.ln, RWKV's ln_out, xLSTM's out_norm; a base model's own final norm (BioGPT's, XGLM's
+    # layer_norm, RoBERTa-PreLayerNorm's LayerNorm)
+    (r"(^|\.)(encoder\.ln|ln_out|out_norm)\.|^(\w+\.)?(layer_norm|LayerNorm)\.", "encoder"),
     (r"(^|\.)(layernorm|post_layernorm)\.", "encoder"),            # ViT final norm; CLIP vision final norm
     # Pooler
     (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
@@ -204,10 +217,13 @@ BUCKET_RULES = _rules(TOWER_RULES + [
     (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions|classification_head"
      r"|output_projection"
      r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform|embed_out|contact_head"
-     r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj|output_layer)\.", "cls"),  # BERT,
-    # ALBERT, ELECTRA, DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF, Megatron-Core's
-    # GPTModel output_layer, GPT-NeoX's embed_out, ESM's contact_head; a top-level `head` (ModernBERT's MLM head,
-    # timm's classifier) and ModernBERT's `decoder` Linear; BART's classification_head, FSMT's output_projection
+     r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj|output_layer|lm_heads"
+     r"|projection_head|entity_predictions|cls_classifier|distillation_classifier|pred_layer)\.|^proj_out\.", "cls"),
+    # BERT, ALBERT, ELECTRA, DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF, Megatron-Core's
+    # GPTModel output_layer, GPT-NeoX's embed_out, ESM's contact_head, BART's classification_head, FSMT's
+    # output_projection, MusicGen's lm_heads, XLM's pred_layer, ModernVBERT's projection_head, LUKE's
+    # entity_predictions, DeiT's two classifiers, an untied Whisper's proj_out; a top-level `head` (ModernBERT's MLM
+    # head, timm's classifier) and ModernBERT's `decoder` Linear
     (r"^(head\.|decoder\.(weight|bias)$)", "cls"),
     # CLIP's contrastive head; SigLIP's text head and logit bias, CLAP's audio projection and two scales
     (r"(^|\.)(visual_projection|text_projection|audio_projection)\.|(^|\.)(logit_scale(_a|_t)?|logit_bias)$"
