@@ -352,12 +352,12 @@ def test_architecture_without_a_config_says_so(cli, tmp_path, arch):
 
 
 def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
-    """A file of types whose values are not decoded (Q8_1, Q1_0: zero blocks, a valid encoding) said `2 skipped
+    """A file of types whose values are not decoded (Q8_1, Q8_K: zero blocks, a valid encoding) said `2 skipped
     (aliases, buffers, strings: see --json)`: now the count per reason, each type named as gguf-py's reader names it."""
     gguf = pytest.importorskip("gguf")
     path = str(tmp_path / "t.gguf")
     w = gguf.GGUFWriter(path, "llama")
-    for q in (gguf.GGMLQuantizationType.Q8_1, gguf.GGMLQuantizationType.Q1_0):
+    for q in (gguf.GGMLQuantizationType.Q8_1, gguf.GGMLQuantizationType.Q8_K):
         data = np.zeros((2, gguf.GGML_QUANT_SIZES[q][1]), np.uint8)
         w.add_tensor(f"blk.0.{q.name}.weight", data, raw_shape=data.shape, raw_dtype=q)
     w.write_header_to_file()

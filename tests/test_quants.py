@@ -166,3 +166,53 @@ def test_ternary_tensors_are_compared_and_counted(qtype, tmp_path, cli):
     assert rc == 0 and t["count"] == a.size
     np.testing.assert_allclose([t["mean"], t["std"]], [a.astype(np.float64).mean(), a.astype(np.float64).std()],
                                rtol=1e-12)
+
+
+def _q1_0_ggml() -> dict:
+    """Q1_0 blocks and llama.cpp's own decode of them (fixtures/make_q1_0.py: ggml-quants.c compiled and called)."""
+    with np.load(fixture("gguf", "q1_0_ggml.npz")) as z:
+        return {k: z[k] for k in z.files}
+
+
+def test_q1_0_blocks_equal_llama_cpp():
+    """Q1_0 (llama.cpp's 1-bit type: a sign a bit and one f16 scale per 128) decodes as ggml's dequantize_row_q1_0,
+    bit for bit (-0.0 where d is 0 and the bit clear, NaN and inf scales included): its values were "not decoded"
+    (gguf-py 0.19 has the type but no dequantize for it)."""
+    ggml = _q1_0_ggml()
+    blocks, want = ggml["blocks"], ggml["values"].reshape(-1)
+    assert "Q1_0" in CODEBOOKS and dtypes.can_decode("Q1_0")   # codes never 0: no rounding bound
+    d = dtypes.get("Q1_0")
+    assert (d.block, d.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q1_0] == (128, blocks.shape[1])
+    got = dtypes.decode(blocks.tobytes(), "Q1_0", want.size)
+    nan = np.isnan(want)
+    assert nan.any() and np.isinf(want).any() and np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_q1_0_tensors_are_compared_and_counted(tmp_path, cli):
+    """A Q1_0 GGUF (blocks ggml's reference quantizer wrote): `stats` reads ggml's values, and `diff` of two files
+    differing in one Q1_0 block differs (it said no differences, exit 0, the tensor not compared)."""
+    ggml = _q1_0_ggml()
+    quantized, rows = ggml["quantized"], ggml["rows"]
+    want = ggml["values"][: len(quantized)]
+
+    def write(path, blocks):
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_tensor("blk.0.ffn_up.weight", blocks, raw_dtype=gguf.GGMLQuantizationType.Q1_0)   # (n, 18) bytes: (n, 128)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    write(tmp_path / "a.gguf", quantized)
+    flipped = quantized.copy()
+    flipped[0, 2] ^= 1   # element 0 of row 0 changes sign
+    write(tmp_path / "b.gguf", flipped)
+    rc, out, _ = cli("stats", str(tmp_path / "a.gguf"), "--json", "--no-progress")
+    t = json.loads(out)["tensors"][0]
+    w64 = want.astype(np.float64)
+    assert rc == 0 and t["count"] == rows.size and (t["min"], t["max"]) == (w64.min(), w64.max())
+    np.testing.assert_allclose([t["mean"], t["std"]], [w64.mean(), w64.std()], rtol=1e-12)
+    rc, out, _ = cli("diff", str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf"), "--json")
+    row = json.loads(out)["tensors"][0]
+    assert rc == 1 and row["status"] == "values" and row["max_abs"] == 2 * abs(float(want[0, 0]))

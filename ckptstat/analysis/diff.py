@@ -347,7 +347,7 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             # a transform that changes the shape (GPT-2's transposes) faces the GGUF side's
             out = conv[1].shape if conv is not None else None
             reshaped = out is not None and tuple(out) == tuple(gg.shape) != tuple(hf.shape)
-        # a block type ckptstat cannot decode yet (Q8_1, Q8_K, Q1_0): its values are not compared
+        # a block type ckptstat cannot decode yet (Q8_1, Q8_K): its values are not compared
         undecoded = [t.dtype for t in (ta, tb) if t is not None and t.dt.is_blocked and not can_decode(t.dtype)]
         if ta is None or tb is None:
             # a name one side stores as another tensor's storage (PyTorch's tied decoder; the other side ties

@@ -208,7 +208,7 @@ def unpack_bits(raw: U8, bits: int, count: int) -> U8:
 
 def can_decode(dtype: str) -> bool:
     """Whether decode() turns this dtype's bytes into numbers (false for strings and for block types
-    ckptstat has no decoder for yet: Q8_1, Q8_K, Q1_0)."""
+    ckptstat has no decoder for yet: Q8_1, Q8_K)."""
     d = DTYPES[dtype]
     if d.is_blocked:
         from .quants import CODEBOOKS, QUANTS

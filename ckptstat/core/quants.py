@@ -55,7 +55,13 @@ s, 3-bit ones for IQ1 (decoded in CODEBOOKS, no rounding bound):
     IQ1_M   256  qs[32], qh[16] (3 grid bits, delta sign a nibble), scales[4] u16 (12 bits of 3-bit s, d's 4 bits
                  in the top nibbles)                                     16 x 16: d * (2s + 1) * (grid +- 1/8)
 
-(Q8_1 (a dot-product intermediate too) and Q1_0, for which gguf-py has no dequantize, are not decoded.)
+Q1_0, llama.cpp's 1-bit type, stores each element's sign and one scale: value = d where the bit is set, else -d
+(decoded in CODEBOOKS: its codes are never 0, so no rounding bound; gguf-py has no dequantize for it, and its test
+compares with llama.cpp's own C decoder, fixtures/make_q1_0.py):
+
+    Q1_0    128  d f16, qs[16] (element j: bit j % 8 of byte j / 8)   d * (2 * bit - 1)
+
+(Q8_1, a dot-product intermediate too, is not decoded.)
 """
 from __future__ import annotations
 
@@ -252,6 +258,10 @@ def _ue4m3_halves() -> F32:
 _E8M0, _UE4M3 = _e8m0_halves(), _ue4m3_halves()
 
 
+def _q1_0(b: U8) -> Parts:   # d, qs[16]: element j the bit j % 8 of byte j / 8; set: d, clear: -d
+    return _one(_f16(b[:, :2]), np.unpackbits(b[:, 2:18], axis=1, bitorder="little").astype(np.int8) * 2 - 1)
+
+
 def _mxfp4(b: U8) -> Parts:   # e, qs[16]
     return _one(_E8M0[b[:, 0]], _FP4[_nibbles(b[:, 1:17])])
 
@@ -383,7 +393,7 @@ def _iq1_m(b: U8) -> Parts:   # qs[32], qh[16] (a nibble a group of 8: 3 grid bi
 
 
 CODEBOOKS: dict[str, Callable[[U8], Parts]] = {
-    "MXFP4": _mxfp4, "NVFP4": _nvfp4, "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs, "IQ2_XXS": _iq2_xxs, "IQ2_XS": _iq2_xs,
+    "Q1_0": _q1_0, "MXFP4": _mxfp4, "NVFP4": _nvfp4, "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs, "IQ2_XXS": _iq2_xxs, "IQ2_XS": _iq2_xs,
     "IQ2_S": _iq2_s, "IQ3_XXS": _iq3_xxs, "IQ3_S": _iq3_s, "IQ1_S": _iq1_s, "IQ1_M": _iq1_m,
 }
 
@@ -391,7 +401,8 @@ CODEBOOKS: dict[str, Callable[[U8], Parts]] = {
 def dequantize(blocks: U8, dtype: str) -> F32:
     """(n, block_bytes) -> (n, block) float32, bit-identical to gguf-py's `dequantize`."""
     scale, code, add = (QUANTS[dtype].parts if dtype in QUANTS else CODEBOOKS[dtype])(blocks)
-    with np.errstate(over="ignore"):   # an E8M0 scale of 2^127 times 6: inf, as in gguf-py (stats count it)
+    # an E8M0 scale of 2^127 times 6: inf, as in gguf-py (stats count it); an f16 signalling-NaN scale: NaN, silently
+    with np.errstate(over="ignore", invalid="ignore"):
         values = scale[..., None] * code
         if add is not None:
             values = values + add[..., None]
