@@ -207,9 +207,8 @@ BUCKET_RULES = _rules(TOWER_RULES + [
     (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm|final_norm|embedding_norm)\.", "encoder"),
     # Mamba final norm; Whisper/mBART encoder final norm; XLM-RoBERTa-XL's encoder.LayerNorm, ESM's emb_layer_norm_after
     (r"(^|\.)(norm_f|encoder\.(layer_norm|LayerNorm|emb_layer_norm_after))\.", "encoder"),
-    # Megatron-BERT's encoder.ln, RWKV's ln_out, xLSTM's out_norm; a base model's own final norm (BioGPT's, XGLM's
-    # layer_norm, RoBERTa-PreLayerNorm's LayerNorm)
-    (r"(^|\.)(encoder\.ln|ln_out|out_norm)\.|^(\w+\.)?(layer_norm|LayerNorm)\.", "encoder"),
+    # Megatron-BERT's encoder.ln, RWKV's ln_out, xLSTM's out_norm
+    (r"(^|\.)(encoder\.ln|ln_out|out_norm)\.", "encoder"),
     (r"(^|\.)(layernorm|post_layernorm)\.", "encoder"),            # ViT final norm; CLIP vision final norm
     # Pooler
     (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
@@ -236,6 +235,9 @@ BUCKET_RULES = _rules(TOWER_RULES + [
     (r"(^|\.)layers\.\w*(decoder|encoder)(_block|_layer)?(?P<first>)\.", "encoder"),
     (r"(^|\.)layers\.(\w+_)?embedding(_\d+)?\.", "embedding"),
     (r"^task\.layers\.", "cls"),
+    # last, after the heads' own norms (lm_head.layer_norm, predictions.LayerNorm): a base model's own final norm
+    # (BioGPT's, XGLM's layer_norm, RoBERTa-PreLayerNorm's LayerNorm)
+    (r"^(\w+\.)?(layer_norm|LayerNorm)\.", "encoder"),
 ])
 FIRST = -1   # _bucket_of's layer position for a rule's `first` group: the first of its kind, layer 0 (Keras' bare name)
 _NUMBER = re.compile(r"(\d+)")
