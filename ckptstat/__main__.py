@@ -6,7 +6,7 @@ import gc
 import os
 import sys
 
-from .commands.quick import quick
+from .commands.quick import named_args, quick
 
 
 def run() -> None:
@@ -15,7 +15,7 @@ def run() -> None:
     # (docs/performance.md). ckptstat makes no BLAS call, so its CLI asks for none unless the user set it.
     # numpy is not imported yet: nothing above it in this process imports numpy. Not for `run`: torch
     # (whose aarch64 wheels use OpenBLAS) measures real forward passes there.
-    args = sys.argv[1:]
+    args = named_args(sys.argv[1:])   # (main() names sys.argv's URLs again)
     # CPython's cyclic collector runs every 700 new containers, and its older generations walk every survivor
     # again: a 200k-tensor header's dicts and TensorInfos cost `stats` a third of its time in collections
     # (docs/performance.md). Collect every 100,000: cycles are still reclaimed, a command's millions of

@@ -20,7 +20,7 @@ from .commands import report as report_cmd
 from .commands import trend as trend_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show, write_out
 from .commands.examples import epilog
-from .commands.quick import LAYERS, _line, quick
+from .commands.quick import LAYERS, _line, named_args, quick
 from .core.jsontext import dumps
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
@@ -301,6 +301,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
         return 2
     switches.set_switches(on)
+    args = named_args(args)
     rc = quick(args, debug)   # `ckptstat [summary] PATH --json`, answered without typer (commands/quick.py)
     if rc is not None:
         return rc

@@ -179,15 +179,30 @@ def with_fetched(report: dict) -> dict:
     return {**report, "fetched": fetched} if fetched else report
 
 
+def named_args(args: list[str]) -> list[str]:
+    """The command line with each URL (an argument, or an option's `--name=URL`) as ckptstat names it (core/urls.py
+    `named`: its user:password@ kept for its requests, never printed)."""
+    from ..core import urls
+
+    urls.forget_logins()
+    return [f"{a.partition('=')[0]}={urls.named(a.partition('=')[2])}" if a.startswith("--") and "=" in a
+            else urls.named(a) for a in args]
+
+
 def _line(e: BaseException) -> str:
     """An error's text for the one line (here and in cli.main): cut short before it is escaped (a hostile name
     can be long)."""
-    from ..errors import CkptstatError, one_line
+    from ..core.urls import is_url, redact
+    from ..errors import CheckpointError, CkptstatError, one_line
     from ..render.names import inert
 
     # ckptstat's own messages quote names from files: a newline there is shown (\x0a); another library's
-    # message is laid out in lines, joined here
-    text = str(e) if isinstance(e, CkptstatError) else one_line(str(e))
+    # message is laid out in lines, joined here. A URL the error names is shown redacted (no query string: a
+    # presigned URL's signature), whichever reader raised it.
+    if isinstance(e, CheckpointError) and is_url(e.path):
+        text = f"{redact(str(e.path))}: {e.reason}"
+    else:
+        text = str(e) if isinstance(e, CkptstatError) else one_line(str(e))
     return inert(text if len(text) <= 2000 else text[:2000] + "...")
 
 

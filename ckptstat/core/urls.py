@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from ..errors import UsageError
 
@@ -89,17 +89,65 @@ def redact(url: str) -> str:
     return f"{head}://{host}{slash}{path.split('?', 1)[0]}" + ("?..." if "?" in path else "")
 
 
+def _basic(parts: SplitResult) -> str:
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def _bare(parts: SplitResult) -> str:
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+# The folder URLs (each ending in `/`) whose `user:password@` a URL the user named carried (`named`) -> the Basic
+# Authorization of every request under the folder (`credentials`).
+_LOGINS: dict[str, str] = {}
+
+
+def named(url: str) -> str:
+    """An http(s) URL the user named (a command's argument, a line of audit's `@list.txt`) as ckptstat names it from
+    then on: without its `user:password@`, which is kept as the Basic Authorization of the requests under the URL's
+    folder (`credentials`). A report's path, an audit record and an error line name the URL as given: with the
+    password in them they printed it (docs/remote.md, "Conventions")."""
+    try:
+        parts = urlsplit(url) if scheme(url) in ("http", "https") else None
+    except ValueError:   # (a port that is no number: the request says so)
+        return url
+    if parts is None or parts.username is None:
+        return url
+    bare = _bare(parts)
+    path = bare.split("?", 1)[0]
+    _LOGINS[path if path.endswith("/") else parent(path) + "/"] = _basic(parts)
+    return bare
+
+
+def forget_logins() -> None:
+    _LOGINS.clear()
+
+
+def logins() -> dict[str, str]:
+    """The logins `named` kept, for tasks run in other processes (analysis/audit `settings`)."""
+    return dict(_LOGINS)
+
+
+def set_logins(kept: dict[str, str]) -> None:
+    _LOGINS.clear()
+    _LOGINS.update(kept)
+
+
 def credentials(url: str, headers: dict[str, str]) -> str:
     """`url` without its `user:password@`, which becomes the request's Basic Authorization (as aiohttp and curl send
-    it: sources/threaded.py's client sent none) unless the caller set one; sources/http.py
-    hop_headers drops it off the origin."""
+    it: sources/threaded.py's client sent none) unless the caller set one; a URL without one, the Authorization of
+    the nearest folder `named` kept one for. sources/http.py hop_headers drops it off the origin."""
     parts = urlsplit(url)
-    if parts.username is None:
-        return url
-    if not any(k.lower() == "authorization" for k in headers):
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    if any(k.lower() == "authorization" for k in headers):
+        pass
+    elif parts.username is not None:
+        headers["Authorization"] = _basic(parts)
+    else:
+        folder = max((f for f in _LOGINS if url.startswith(f)), key=len, default=None)
+        if folder is not None:
+            headers["Authorization"] = _LOGINS[folder]
+    return url if parts.username is None else _bare(parts)
 
 
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://[^\s'\"<>]*")

@@ -168,16 +168,17 @@ def blank_record(unit: Unit) -> dict[str, Any]:
             "config": None, "error": None, "fetched": None, "training": None}
 
 
-# (core.limits.Limits, core.switches.Switches): the CLI's --limit, and --allow-external, --allow-full-download,
-# --pickled-objects
-Settings = tuple[Any, Any]
+# (core.limits.Limits, core.switches.Switches, core.urls.logins()): the CLI's --limit, and --allow-external,
+# --allow-full-download, --pickled-objects, and the user:password@ of the URLs it names
+Settings = tuple[Any, Any, dict[str, str]]
 
 
 def settings() -> Settings:
-    """This process's limits and reading switches, for tasks run in other processes or machines."""
-    from ...core import limits, switches
+    """This process's limits, reading switches and the logins of the URLs the user named (core/urls.py `named`),
+    for tasks run in other processes or machines."""
+    from ...core import limits, switches, urls
 
-    return limits.limits(), switches.switches()
+    return limits.limits(), switches.switches(), urls.logins()
 
 
 def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
@@ -191,7 +192,7 @@ def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
 @contextmanager
 def applied(using: Settings | None) -> Iterator[None]:
     """Run with the asking process's settings (None: this process's own)."""
-    from ...core import limits, switches
+    from ...core import limits, switches, urls
 
     if using is None:
         yield
@@ -199,11 +200,13 @@ def applied(using: Settings | None) -> Iterator[None]:
     old = settings()
     limits.reset(using[0])
     switches.set_switches(using[1])
+    urls.set_logins(using[2])
     try:
         yield
     finally:
         limits.reset(old[0])
         switches.set_switches(old[1])
+        urls.set_logins(old[2])
 
 
 def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:

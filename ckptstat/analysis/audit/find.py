@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ...core.files import HF_CACHE_REPOS, dirname, followed, join, walk
 from ...core.urls import is_url, parent, scheme
+from ...core.urls import named as named_url
 from ...errors import (
     CheckpointError,
     CkptstatError,
@@ -384,7 +385,7 @@ def discover(target: str) -> tuple[list[Unit], Skipped]:
     else:
         entries = [target]
     # `zoo/` and `zoo` key the same records (a URL keeps its slash: an http folder URL may need it)
-    entries = [e if is_url(e) else os.path.normpath(e) for e in entries]
+    entries = [named_url(e) if is_url(e) else os.path.normpath(e) for e in entries]   # (urls.named: no password kept)
     units: list[Unit] = []
     seen: set[str] = set()
     for entry in entries:
