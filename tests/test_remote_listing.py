@@ -252,6 +252,43 @@ def test_a_trickling_listing_is_a_timeout(capsys, monkeypatch, client):
         assert "timed out, after 3 attempts" in err
 
 
+def trickled(status: int, headers: dict[str, str]) -> Route:
+    """A reply of `status` whose 60,000-byte body comes a byte every 0.1 s (10 minutes in all)."""
+    def route(h: _Handler) -> None:
+        h.send_response(status)
+        for k, v in {"Content-Length": "60000", **headers}.items():
+            h.send_header(k, v)
+        h.end_headers()
+        for _ in range(60000):
+            h.wfile.write(b"x")
+            h.wfile.flush()
+            time.sleep(0.1)
+    return route
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(("status", "headers", "said"), [
+    (302, {"Location": "/m/model.safetensors"}, None),
+    (503, {"Retry-After": "0"}, "HTTP 503 Service Unavailable, after 6 attempts"),
+    (404, {}, "not found (HTTP 404)")])
+def test_a_trickled_body_the_reply_does_not_need_is_no_wait(capsys, monkeypatch, client, status, headers, said):
+    """The threaded client reads a small redirect's, retry's or error's body to its end to keep the connection: with
+    the body a byte every 0.1 s, it waited until --limit remote_seconds (4 hours by default: a 302 then "gave up: this
+    command has spent 60 s", a 503 the same at its first attempt, a 404 after 60 s). Now that read keeps the minimum
+    rate of any reply (read_timeout plus its bytes at SETTINGS.min_rate), and the connection is closed past it."""
+    monkeypatch.setattr(sources.SETTINGS, "threaded", client == "threaded")
+    monkeypatch.setattr(sources.SETTINGS, "read_timeout", 0.5)
+    monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
+    with Scripted({"/r/model.safetensors": trickled(status, headers), "/m/model.safetensors": file_route(WEIGHTS)}) as s:
+        t0 = time.monotonic()
+        rc, out, err = cli(capsys, "summary", "--limit", "remote_seconds=60", s.url + "/r/model.safetensors")
+        if said is None:
+            assert rc == 0, err
+        else:
+            assert said in one_line(rc, err)
+        assert time.monotonic() - t0 < 45   # (a "did not hang" margin: each reply ~1.5 s at most)
+
+
 def test_a_listing_redirect_is_named(capsys):
     """A listing answered 302 was read as a page with no links ("holds no weights file ckptstat recognises"). Now a
     folder URL without its slash is followed to its page (`/m` -> `/m/`, as servers answer), a page that another folder

@@ -176,17 +176,17 @@ class ThreadedClient:
         try:
             there = decide(ask, here, r.status, r.reason, r.headers)
         except BaseException:   # (a retry or an error status: the connection kept if its reply is small)
-            self._finish(key, conn, r)
+            self._finish(key, conn, r, t0)
             raise
         if there is not None:
-            self._finish(key, conn, r)
+            self._finish(key, conn, r, t0)
             return None, there
         try:
             reply = self._reply(r, ask, t0)
         except BaseException:   # (refused from its headers, cut, past the deadline: its body not read to its end)
             conn.close()
             raise
-        self._finish(key, conn, r)
+        self._finish(key, conn, r, t0)
         return reply, None
 
     def _request(self, conn: http.client.HTTPConnection, u: Any, headers: dict[str, str],
@@ -298,11 +298,13 @@ class ThreadedClient:
             host, port or 0, timeout, source)
         return conn, False
 
-    def _finish(self, key: tuple[str, str, int], conn: http.client.HTTPConnection, r: _Response) -> None:
+    def _finish(self, key: tuple[str, str, int], conn: http.client.HTTPConnection, r: _Response, t0: float) -> None:
         """A reply done with: its connection kept for the next request when the reply was read to its end (or is
-        a small one, read now, uncounted, as aiohttp reads a redirect's); else closed."""
+        a small one, read now, uncounted, by the minimum rate of a reply sent at t0: a redirect's or a 404's body
+        trickled a byte at a time held the command until `--limit remote_seconds`, 4 hours); else closed."""
         try:
             if not r.isclosed() and r.length is not None and r.length <= _DRAIN and not r.chunked:
+                r.wire.deadline = min(r.wire.limit, keep_up_by(t0, r.length))
                 r.read()
         except (OSError, http.client.HTTPException):
             pass
