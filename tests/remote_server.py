@@ -68,6 +68,8 @@ class Behaviour:
                                     # files (a mirror's tree naming `../x`: no file of the folder behind them)
     cdn: str | None = None          # the base URL resolve redirects go to (another server: the Hub's CDN); default this one
     revisions: tuple[str, ...] = ("main",)
+    commits: dict[str, str] = field(default_factory=dict)   # a file's name -> the X-Repo-Commit its resolve route says
+                                    # (default 40 zeros; another: a push landed between two files' reads)
     etags: bool = False             # send each file's ETag (its inode, size and mtime, as nginx and Apache derive theirs)
     swap: dict[str, tuple[int, str]] = field(default_factory=dict)   # path -> (n, file): from the (n+1)th request of
                                     # path on, serve that other file of the folder (a file replaced while read)
@@ -450,8 +452,9 @@ class _Handler(BaseHTTPRequestHandler):
                 size = os.path.getsize(os.path.join(folder, name))
                 base = b.cdn or f"http://{self.headers.get('Host')}"
                 where = f"{base}/cdn/{repo}/{rev}/{urllib.parse.quote(name)}"
-                self._send(302, b"", {"Location": where, "X-Repo-Commit": "0" * 40, "X-Linked-Size": str(size),
-                                      "X-Linked-Etag": f'"{size:064x}"', "ETag": f'"{size:064x}"'}, head)
+                self._send(302, b"", {"Location": where, "X-Repo-Commit": b.commits.get(name, "0" * 40),
+                                      "X-Linked-Size": str(size), "X-Linked-Etag": f'"{size:064x}"',
+                                      "ETag": f'"{size:064x}"'}, head)
             return True
         return False
 

@@ -11,6 +11,7 @@ loader in a throw-away process running the payload (it creates a folder).
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import struct
@@ -142,3 +143,30 @@ def test_a_page_a_file_name_fills_with_control_bytes_is_still_walked(tmp_path):
     assert root.returncode == 1 and "UNSAFE     sub/model.pkl" in root.stdout, (root.stdout, root.stderr)
     assert "1 file(s) scanned: 0 safe, 1 unsafe" in root.stdout, root.stdout
     assert sub.returncode == 1 and "1 file(s) scanned: 0 safe, 1 unsafe" in sub.stdout, (sub.stdout, sub.stderr)
+
+
+@pytest.mark.parametrize("command", ["summary", "stats"])
+def test_a_hub_repository_pushed_to_between_two_shards(tmp_path, command):
+    """hf://org/m reads each file at `main` through the Hub's resolve route, whose redirect names the commit then at the
+    branch's head (X-Repo-Commit). A push landing between two shards' reads (a training job uploading every N steps:
+    the new shard the old one's size) had `stats` sum shard 1 of one version and shard 2 of the next, exit 0: `b`'s
+    mean 2.0, in neither version (safetensors' own load of each). Now the second commit is refused, one line."""
+    from safetensors.torch import load_file, save_file
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    save_file({"a": torch.ones(1000)}, str(repo / names[0]))
+    save_file({"b": torch.ones(1000)}, str(repo / names[1]))
+    save_file({"b": torch.full((1000,), 2.0)}, str(repo / "pushed.safetensors"))   # the next version's shard 2
+    assert os.path.getsize(repo / "pushed.safetensors") == os.path.getsize(repo / names[1])
+    assert not torch.equal(load_file(str(repo / "pushed.safetensors"))["b"], load_file(str(repo / names[1]))["b"])
+    (repo / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": dict(zip("ab", names))}))
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_TOKEN", None)
+    with Server(str(repo), hub={"org/m": str(repo)}, commits={names[1]: "1" * 40},
+                swap={f"/cdn/org/m/main/{names[1]}": (0, "pushed.safetensors")}) as s:
+        p = subprocess.run([sys.executable, "-m", "ckptstat", command, "hf://org/m"], capture_output=True, text=True,
+                           timeout=120, env={**env, "HF_ENDPOINT": s.url})
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    assert "the repository changed while it was read" in p.stderr and names[1] in p.stderr

@@ -83,6 +83,7 @@ class Reply:
     etag: str | None = None          # the file's version: its ETag, else its Last-Modified date (audit's resume key)
     filled: int = -1                 # a read into the caller's buffer: the bytes written there (body is then empty)
     final: str = ""                  # the URL that answered, when a redirect led elsewhere
+    commit: str | None = None        # the Hub's X-Repo-Commit, said by a reply on the way (its resolve route's 302)
 
 
 def status_error(url: str, status: int, reason: str, hint: str = "") -> CheckpointError:
@@ -122,6 +123,7 @@ def decide(ask: _Ask, here: str, status: int, reason: str, headers: Any) -> str 
     """What a reply's status says, before its body: the URL a redirect leads to (absolute; redirects.check decides
     whether it is followed), or None for a reply to read (2xx, 416); raises _Retry for 429 and 5xx, and the one-line
     error of any other status."""
+    ask.commit = headers.get("X-Repo-Commit") or ask.commit   # (the Hub's resolve redirect says it: Blob._http)
     if 300 <= status < 400 and headers.get("Location"):
         there = str(headers["Location"]).strip()
         try:
@@ -418,11 +420,12 @@ class HttpTransport:
             with self._lock:
                 if self._threads is None:
                     self._threads = self._threaded(self.slot)
-            threaded: Reply = self._threads.get(ask)
-            return threaded
-        from fsspec.asyn import sync
+            reply: Reply = self._threads.get(ask)
+        else:
+            from fsspec.asyn import sync
 
-        reply: Reply = sync(self.fs.loop, self._get, ask)
+            reply = sync(self.fs.loop, self._get, ask)
+        reply.commit = ask.commit
         return reply
 
     def ls(self, url: str) -> list[str]:
@@ -556,6 +559,7 @@ class _Ask:
     allow_external: bool
     into: memoryview | None = None   # where a value read's body goes (HttpTransport.get)
     page: bool = False               # a listing page: a 200 of unknown length is read to its end, at most `end` bytes
+    commit: str | None = None        # the last X-Repo-Commit a reply said (`decide`)
 
 
 def keep_up_by(t0: float, n: int) -> float:

@@ -7,6 +7,8 @@ the repository and revision (`/api/models/{repo}/revision/{rev}`) and lists its 
 (`{endpoint}/{repo}/resolve/{rev}/{file}`, `hf_hub_url`), which the Hub redirects to its CDN, with
 the headers `build_hf_headers` makes: the token from HF_TOKEN or the hub's token cache, never printed.
 The endpoint is HF_ENDPOINT, read when a URL is first opened (a mirror, or a test's stand-in).
+Every reply of the resolve route names the commit at the revision's head (X-Repo-Commit): a repository's files
+read in one command must come from one (sources/remote.py `Blob._http`; a push between two shards' reads).
 """
 from __future__ import annotations
 
@@ -111,7 +113,8 @@ def target(url: str) -> Target:
     # a whole small file (an index, a config) is then one range request, not a first window and the rest.
     size = _call(url, fs.info, url).get("size")
     return Target(url, http_url=http_url, headers=dict(build_hf_headers()), hint=HINT, hosts=HUB_HOSTS,
-                  size=int(size) if isinstance(size, int) and size >= 0 else None)
+                  size=int(size) if isinstance(size, int) and size >= 0 else None,
+                  repo=f"{rp.repo_type}:{rp.repo_id}@{rp.revision}")
 
 
 def kind(url: str) -> str | None:

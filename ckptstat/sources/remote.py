@@ -125,6 +125,14 @@ class Blob:
         if reply.etag is not None and self.etag is not None and reply.etag != self.etag:
             raise CheckpointError(redact(t.url), f"the file changed while it was read (version {self.etag!r:.80}, "
                                                  f"then {reply.etag!r:.80})")
+        # hf:// at a branch: each request asks the Hub for the branch's head, which a push moves; its redirect says the
+        # commit (X-Repo-Commit). A repository's files must come from one (shards of one size were read from two).
+        if reply.commit and t.repo:
+            first = self.backend.commits.setdefault(t.repo, reply.commit)
+            if first != reply.commit:
+                raise CheckpointError(redact(t.url), f"the repository changed while it was read (commit "
+                                                     f"{first[:12]!r}, then {reply.commit[:12]!r}): its files would "
+                                                     "be of two versions; name a commit (@sha) to read one")
         self.ctype = reply.content_type or self.ctype
         self.etag = reply.etag or self.etag
         if reply.spooled is not None:   # the server sent it all (--allow-full-download): read it locally
@@ -298,7 +306,6 @@ class Blob:
             self._remember(at, data)   # (values are not kept)
         return head + data[:need]
 
-
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Fetch the (offset, size) ranges the cache lacks into it: ranges less than GAP apart coalesced into
         one request (at most MAX_WINDOW each), the requests made concurrently."""
@@ -390,6 +397,7 @@ class Backend:
         self.listed: dict[str, list[str]] = {}   # an http(s) folder URL -> the names its listing page links
         self.absent: dict[str, str] = {}   # a URL found missing -> what the server said (`not found (HTTP 404)`)
         self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
+        self.commits: dict[str, str] = {}   # an hf:// repository and revision -> the commit its first reply said
         self.cached = 0   # bytes in every Blob's cache
         self.held = 0     # bytes of values read ahead (Blob.read_ahead) not yet taken or let go
         self.lock = threading.Lock()
@@ -475,18 +483,14 @@ class Backend:
             self.kinds.clear()
             self.absent.clear()
             self.listed.clear()
+            self.commits.clear()
             self.cached = 0
             for fs in self.stores.values():   # the stores' listing caches (s3fs dircache) too
                 fs.invalidate_cache()
 
     def forget(self) -> None:
-        self.forget_ahead()
+        self.forget_files()
         with self.lock:
-            self.blobs.clear()
-            self.kinds.clear()
-            self.absent.clear()
-            self.listed.clear()
-            self.cached = 0
             self._http = None   # a new session, with the timeouts in SETTINGS now
             self._slots = None   # (and SETTINGS.concurrency now)
             self.stores.clear()   # (and new stores, with the credentials and endpoint in the environment now)

@@ -18,3 +18,4 @@ class Target:
     hint: str = ""               # said after an access-denied error
     hosts: tuple[str, ...] = ()  # hosts besides the URL's own a redirect may lead to (sources/redirects.py)
     size: int | None = None      # known from a listing (hf://: the repository's tree) before any request
+    repo: str = ""                # hf://: the repository and revision as named (its files' replies say one commit)
