@@ -289,6 +289,27 @@ def test_a_trickled_body_the_reply_does_not_need_is_no_wait(capsys, monkeypatch,
         assert time.monotonic() - t0 < 45   # (a "did not hang" margin: each reply ~1.5 s at most)
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("flags", [(), ("--allow-full-download",)])
+def test_an_interim_reply_before_the_range_is_passed_over(capsys, monkeypatch, client, flags):
+    """A 103 Early Hints (or 102) before the 206, as RFC 9110 15.2 lets a server send and curl and aiohttp pass over:
+    the threaded client took the 103 for the reply, "the server ignores range requests", and with
+    --allow-full-download spooled its empty body: "file is empty"."""
+    from safetensors.numpy import load_file
+
+    monkeypatch.setattr(sources.SETTINGS, "threaded", client == "threaded")
+    served = file_route(WEIGHTS)
+
+    def route(h: _Handler) -> None:
+        h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x.css>; rel=preload\r\n\r\n"
+                      b"HTTP/1.1 102 Processing\r\n\r\n")
+        served(h)
+    with Scripted({"/m/model.safetensors": route}) as s:
+        rc, out, err = cli(capsys, *flags, "summary", "--json", s.url + "/m/model.safetensors")
+        assert rc == 0, err
+        assert json.loads(out)["parameters"]["unique"] == sum(a.size for a in load_file(WEIGHTS).values())   # (no ties)
+
+
 def test_a_listing_redirect_is_named(capsys):
     """A listing answered 302 was read as a page with no links ("holds no weights file ckptstat recognises"). Now a
     folder URL without its slash is followed to its page (`/m` -> `/m/`, as servers answer), a page that another folder

@@ -107,6 +107,16 @@ class _Response(http.client.HTTPResponse):
         self.wire = _Socket(self.fp.detach(), sock, deadline)   # (nothing read yet: nothing buffered is lost)
         self.fp = io.BufferedReader(self.wire, _BUFFER)
 
+    def _read_status(self) -> tuple[str, int, str]:
+        """http.client's, an interim reply (1xx: 103 Early Hints, 102) passed over, its headers read, as http.client
+        passes over a 100 and aiohttp any 1xx (RFC 9110 15.2): a 103 before the 206 was taken for the reply ("the
+        server ignores range requests"; with --allow-full-download, "file is empty")."""
+        while True:
+            version, status, reason = super()._read_status()  # type: ignore[misc]
+            if not 100 < status < 200 or status == 101:
+                return version, status, reason
+            http.client.parse_headers(self.fp)
+
 
 class ThreadedClient:
     """Range GETs made by the calling thread (HttpTransport.get), through a pool of keep-alive connections per
