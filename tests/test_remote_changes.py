@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from remote_server import Server  # noqa: E402
+from remote_server import Server, moto_s3  # noqa: E402
 
 
 class _Mkdir:
@@ -170,3 +170,31 @@ def test_a_hub_repository_pushed_to_between_two_shards(tmp_path, command):
                            timeout=120, env={**env, "HF_ENDPOINT": s.url})
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
     assert "the repository changed while it was read" in p.stderr and names[1] in p.stderr
+
+
+def test_an_s3_object_overwritten_between_its_header_and_its_values(tmp_path):
+    """A training run saving to one key (s3://runs/model.safetensors) while ckptstat reads it: the header and the first
+    window came from one version, the values from the next (fs.cat_file reads whatever the key holds now): the tensor
+    read held both versions' values (mean 2.92 of a tensor of ones, then of threes). Now each range is read through
+    s3fs's file, If-Match the ETag it opened: one line, the file changed while it was read."""
+    pytest.importorskip("moto.server")
+    from safetensors.torch import load_file, save_file
+
+    from ckptstat import sources
+    from ckptstat.errors import CheckpointError
+    from ckptstat.formats.registry import open_checkpoint
+
+    v1, v2 = tmp_path / "v1.safetensors", tmp_path / "v2.safetensors"
+    save_file({"w": torch.ones(400_000)}, str(v1))
+    save_file({"w": torch.full((400_000,), 3.0)}, str(v2))
+    assert os.path.getsize(v1) == os.path.getsize(v2)
+    sources.reset()
+    with moto_s3("runs", {"model.safetensors": str(v1)}) as client:
+        ckpt = open_checkpoint("s3://runs/model.safetensors")   # the header, and the first window's values
+        assert list(ckpt.tensors) == list(load_file(str(v1)))
+        client.upload_file(str(v2), "runs", "model.safetensors")   # the run's next save
+        with pytest.raises(CheckpointError, match="the file changed while it was read"):
+            ckpt.read("w")
+        sources.reset()
+        assert (open_checkpoint("s3://runs/model.safetensors").read("w") == load_file(str(v2))["w"].numpy()).all()
+    sources.reset()

@@ -21,7 +21,8 @@ from typing import Any
 from ..core.urls import redact, scheme, under
 from ..errors import CheckpointError, FileNotFound
 from .meter import METER, SETTINGS
-from .remote import _HTTP, BACKEND, _errors
+from .remote import _HTTP, BACKEND
+from .stores import errors as _errors
 
 MAX_DEPTH = 32          # folders below the root an http(s) walk follows
 _S3_PAGE = 1000         # keys per ListObjectsV2 page: one request each

@@ -12,8 +12,8 @@ Where the bytes come from is one of three `Target`s, all fsspec filesystems:
 - http(s)://: range GETs on fsspec's HTTPFileSystem session (sources/http.py);
 - hf://org/model[@revision]/file: listed and resolved by huggingface_hub's HfFileSystem, read by
   range GETs on its resolve URL (redirected to the CDN) with the hub's token header;
-- anything else fsspec knows (s3://, gs://, az://, ...): `fs.info` for the size, `fs.cat_file`
-  with start/end for each range (one ranged GetObject on S3).
+- anything else fsspec knows (s3://, gs://, az://, ...): the store's file (`fs.open`, uncached) for the size and
+  each range (one ranged GetObject on S3, If-Match the ETag found when it was opened).
 """
 from __future__ import annotations
 
@@ -21,17 +21,17 @@ import contextvars
 import mmap
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import IO, Any, NamedTuple
 
 from ..core.io import SeekableReader
 from ..core.urls import basename, redact, scheme
 from ..errors import CheckpointError, FileNotFound, MissingDependencyError, missing_extra
+from . import stores
 from .http import HttpTransport, Reply
 from .meter import METER, SETTINGS
 from .pages import PAGE_BYTES
+from .stores import errors as _errors
 from .target import Target
 
 FIRST_WINDOW = 1 << 16     # covers the 8-byte length and most safetensors headers of a shard
@@ -93,6 +93,7 @@ class Blob:
         self.window = FIRST_WINDOW
         self.next_miss = -1   # where the last miss ended: none yet (a first read fetches FIRST_WINDOW)
         self.spool: IO[bytes] | None = None
+        self.store: Any = None   # other stores: the fsspec file its ranges are read through (`_request`)
         self.ahead: list[Ahead] = []
         self.lock = threading.Lock()
 
@@ -145,12 +146,12 @@ class Blob:
             reply = self._http(start, end)
             return _spool_read(reply.spooled, start, end) if reply.spooled is not None else reply.body
         METER.request(t.url)
-        with _errors(t.url):
-            if self.size is None:
-                self.size = int(t.fs.info(t.path)["size"])
-                METER.request(t.url)
-            end = min(end, self.size)
-            data: bytes = t.fs.cat_file(t.path, start=start, end=end) if end > start else b""
+        if self.store is None:   # (ensure_size's first fetch, under the lock)
+            self.store = stores.opened(t)
+            self.size = int(self.store.size)
+            METER.request(t.url)
+        end = min(end, int(self.store.size))
+        data = stores.read_range(t, self.store, start, end)
         METER.received(t.url, len(data))
         return data
 
@@ -369,22 +370,6 @@ class RemoteFile(SeekableReader):
 
     def readall(self) -> bytes:
         return self.read(-1)
-
-
-@contextmanager
-def _errors(url: str) -> Iterator[None]:
-    """fsspec filesystems' exceptions -> one line naming the URL."""
-    try:
-        yield
-    except CheckpointError:
-        raise
-    except FileNotFoundError:
-        raise FileNotFound(redact(url), "not found") from None
-    except PermissionError:
-        raise CheckpointError(redact(url), "access denied (check the credentials for this store)") from None
-    except Exception as e:  # noqa: BLE001 - botocore's, gcsfs'... errors, as one line
-        text = " ".join(str(e).split())[:120]
-        raise CheckpointError(redact(url), f"cannot read ({type(e).__name__}{': ' + text if text else ''})") from None
 
 
 class Backend:
