@@ -36,7 +36,7 @@ def served_with_the_password(s: Scripted, *paths: str) -> None:
 
 
 @pytest.mark.parametrize("args", [("summary", "--json"), ("summary",), ("stats", "--json"), ("tensors", "--json"),
-                                  ("ties", "--json")])
+                                  ("ties", "--json"), ("stats", "--json", "--workers", "2")])
 def test_a_reports_path_names_no_password(args):
     with Scripted({"/m/model.safetensors": file_route(WEIGHTS, auth=AUTH)}) as s:
         p = ckptstat(*args, logged_in(s) + "/m/model.safetensors")
