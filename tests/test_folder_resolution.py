@@ -57,3 +57,37 @@ def test_every_reader_extension_is_a_folder_suffix() -> None:
     registry._load_all()
     tried = set(registry.PREFERRED_SUFFIXES) | set(registry._folder_suffixes())
     assert {e for f in registry.FORMATS for e in f.extensions} <= tried
+
+
+def _saved_twice(folder: str, first_sharded: bool):
+    """A folder transformers' save_pretrained wrote twice, once sharded and once not (the second save leaves the
+    first's model.safetensors or index behind); the model transformers' from_pretrained loads from it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    torch.manual_seed(0)
+    first, second = transformers.LlamaForCausalLM(cfg), transformers.LlamaForCausalLM(cfg)
+    first.save_pretrained(folder, **({"max_shard_size": "8KB"} if first_sharded else {}))
+    second.save_pretrained(folder, **({} if first_sharded else {"max_shard_size": "8KB"}))
+    return transformers.LlamaForCausalLM.from_pretrained(folder).state_dict()
+
+
+@pytest.mark.parametrize("first_sharded", [True, False], ids=["sharded-then-single", "single-then-sharded"])
+def test_a_folder_saved_twice_reads_the_file_transformers_loads(cli, tmp_path, first_sharded) -> None:
+    """model.safetensors and model.safetensors.index.json side by side: transformers reads model.safetensors (its
+    single file before its index); ckptstat read the index, whose shards a later save had deleted ("shard ...
+    missing", exit 1) or which held another save's weights, and said nothing of the other file."""
+    from safetensors.numpy import load_file
+
+    folder = str(tmp_path / "out")
+    loaded = _saved_twice(folder, first_sharded)
+    assert {"model.safetensors", "model.safetensors.index.json"} <= set(os.listdir(folder))
+    single = load_file(os.path.join(folder, "model.safetensors"))
+    assert all((loaded[k].numpy() == v).all() for k, v in single.items())   # transformers loads model.safetensors
+    rc, out, err = cli("--json", folder)
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["path"] == os.path.join(folder, "model.safetensors")
+    assert r["parameters"]["unique"] == sum(v.size for v in single.values())
+    assert any("also holds model.safetensors.index.json, not read" in n for n in r["notes"]), r["notes"]

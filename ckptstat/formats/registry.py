@@ -149,12 +149,14 @@ def detect(path: str) -> Format:
 KERAS_INDEX = ".weights.json"
 
 
-# What a Hugging Face model folder may hold, in order of preference.
+# What a Hugging Face model folder may hold, in order of preference. The first four in the order transformers'
+# from_pretrained looks for them in a folder (modeling_utils.py `_get_resolved_checkpoint_files`): the single file
+# before the index, so a folder save_pretrained wrote twice (once sharded, once not: it leaves the other's
+# model.safetensors or index behind) is read as transformers loads it.
+TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                        "pytorch_model.bin.index.json")
 FOLDER_CANDIDATES = [
-    "model.safetensors.index.json",
-    "model.safetensors",
-    "pytorch_model.bin.index.json",
-    "pytorch_model.bin",
+    *TRANSFORMERS_WEIGHTS,
     "tf_model.h5.index.json",
     "tf_model.h5",
     "model.weights.h5",
@@ -498,11 +500,26 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                         ckpt.quant_sidecar = load_config(sidecar)
                     except CheckpointError as e:   # an optional record: the weights and config.json still answer
                         ckpt.notes.append(f"{e}; ignored")
+        if target != path and not urls.is_url(path) and (note := _unread_weights(path, target)):
+            ckpt.notes.append(note)
         adapter = folders.adapter_config_beside(target)
         if adapter is not None:
             check_inside(adapter, "adapter config", path)
             ckpt.adapter, ckpt.adapter_path = load_config(adapter), adapter
     return ckpt
+
+
+def _unread_weights(folder: str, target: str) -> str | None:
+    """The note a folder holding more than one of transformers' weights files gets: which it holds besides the one
+    read, and that transformers loads the one read (a folder save_pretrained wrote twice keeps the other's file)."""
+    read = os.path.basename(target)
+    if read not in TRANSFORMERS_WEIGHTS:
+        return None
+    others = [n for n in TRANSFORMERS_WEIGHTS if n != read and os.path.lexists(os.path.join(folder, n))]
+    if not others:
+        return None
+    return (f"the folder also holds {', '.join(others)}, not read: transformers' from_pretrained loads {read} first "
+            "(a folder saved twice, once sharded, keeps the other save's files)")
 
 
 def _take_config(ckpt: Checkpoint, cfg_path: str, cfg: dict[str, Any]) -> None:
