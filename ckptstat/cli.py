@@ -134,7 +134,7 @@ def diff(
     if output is not None:
         from .core.files import check_output
 
-        check_output(output, [a, b, *ca.files, *cb.files])   # never an input, through links too
+        check_output(output, [a, b, *ca.inputs, *cb.inputs])   # never an input, through links too
     r = diff_checkpoints(ca, cb, names_only=names_only, atol=atol, rtol=rtol, strict=strict,
                          rules=load_rules(str(rules)) if rules is not None else None)
     if output is not None or fmt != "text" and not as_json:

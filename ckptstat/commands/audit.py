@@ -37,6 +37,7 @@ def audit(
     from ..analysis.audit.store import Writer, check_inputs, check_out, load
     from ..core.urls import is_url
     from ..errors import UsageError
+    from ..formats.registry import find_config
     from ..render.audit import audit_progress, render_audit_summary
 
     if workers < 0:
@@ -46,7 +47,9 @@ def audit(
     check_out(out)
     t0 = time.perf_counter()
     units, skipped = discover(root)
-    check_inputs(out, [root[1:] if root.startswith("@") else root, *(f for u in units for f in u.files if not is_url(f))])
+    local = [u for u in units if not is_url(u.path)]   # (and the config.json each is read with: never overwritten)
+    check_inputs(out, [root[1:] if root.startswith("@") else root, *(f for u in local for f in u.files),
+                       *(find_config(u.path) for u in local)])
     done = {} if fresh else load(out)
     kept = {u.path: done[u.key] for u in units if u.key in done}
     todo = [u for u in units if u.key not in done]

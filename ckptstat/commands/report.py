@@ -36,7 +36,7 @@ def report(
     positive("--batch", batch)
     positive("--seq", seq)
     ckpt = open_checkpoint(path, config)
-    inputs = [path, config, ckpt.path, ckpt.config_path, *ckpt.files]
+    inputs = [path, config, *ckpt.inputs]
     if output is not None:
         from ..render.report import check_report_output
 

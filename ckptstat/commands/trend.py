@@ -36,11 +36,17 @@ def trend(
         raise UsageError(f"--format must be text, md or html, not {fmt!r}")
     if output is not None and fmt == "text" and not as_json:   # -o alone: the format from the suffix
         fmt = "html" if output.suffix.lower() in (".html", ".htm") else "md"
-    if output is not None:
+    if output is not None:   # never an input: a step's files, its index and config.json (headers only, before any value)
+        from .. import open_checkpoint
         from ..core.files import check_output
+        from ..core.urls import is_url
 
-        steps, _, _ = discover(paths)
-        check_output(output, [*paths, *(s.path for s in steps)])   # never an input
+        inputs = [*paths]
+        for s in discover(paths)[0]:
+            if not is_url(s.path):
+                with open_checkpoint(s.path) as c:
+                    inputs += c.inputs
+        check_output(output, inputs)
     with progress_bar(sys.stderr.isatty() if progress is None else progress, "steps") as bar:
         r = trend_report(paths, chunk_bytes, workers, bar, scheduler)
     if as_json:

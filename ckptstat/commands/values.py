@@ -32,7 +32,7 @@ def _collect(path: str, config: str | None, filter: str | None, bucket: list[str
     ckpt = open_for_stats(path, config, filter, tuple(bucket or ()), all_roles, chunk_bytes,
                           workers if not scheduler else 0)
     if output is not None:
-        check_output(output, [path, config, ckpt.path, ckpt.config_path, *ckpt.files])
+        check_output(output, [path, config, *ckpt.inputs])
     with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
         if scheduler:   # the same report, the tensors read on a Dask cluster (analysis/stats/cluster.py)
             from ..analysis.stats.cluster import collect_dask

@@ -284,6 +284,12 @@ class Checkpoint:
     def __getitem__(self, name: str) -> TensorInfo:
         return self.tensors[name]
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every file opening it read: the path opened (a sharded checkpoint's index), its files, the config.json
+        and adapter_config.json read beside them; what an output (-o) must never be (core/files.py check_output)."""
+        return tuple(p for p in (self.path, *self.files, self.config_path, self.adapter_path) if p is not None)
+
     def close(self) -> None:
         """Release what readers hold open (a compressed zip record streamed across chunks)."""
         for reader in {id(r): r for r in self.readers.values()}.values():

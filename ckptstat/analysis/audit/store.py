@@ -114,7 +114,7 @@ def check_out(out: str) -> None:
         raise UsageError(f"{out}: is a folder; --out names a results file")
 
 
-def check_inputs(out: str, inputs: Iterable[str]) -> None:
+def check_inputs(out: str, inputs: Iterable[str | None]) -> None:
     """The results file (and Parquet's partial file) is none of the checkpoints: by inode, so through a symlink
     or a hard link too (core/files.py check_output)."""
     inputs = list(inputs)
