@@ -264,3 +264,19 @@ def test_a_config_json_that_is_no_file_is_said(cli, tmp_path):
         for command in ("summary", "flops"):
             rc, out, err = cli(command, str(folder))
             assert rc != 0 and out == "" and err.count("\n") == 1 and "config.json" in err and "not a regular file" in err
+
+
+def test_audit_of_a_fifo_or_a_device_says_what_it_is(cli, tmp_path):
+    """`audit PATH` of a FIFO, a link to /dev/zero or a symlink loop: the record's error said "no such file or
+    folder" of a path `ls` shows; it now says what the path is, as every other command does, without opening it."""
+    os.mkfifo(tmp_path / "pipe.safetensors")
+    os.symlink("/dev/zero", tmp_path / "zero.safetensors")
+    os.symlink("loop.b", tmp_path / "loop.a")
+    os.symlink("loop.a", tmp_path / "loop.b")
+    for name, said in (("pipe.safetensors", "is a FIFO (named pipe), not a regular file"),
+                       ("zero.safetensors", "is a character device, not a regular file"),
+                       ("loop.a", "symbolic links")):
+        out = tmp_path / f"{name}.jsonl"
+        rc, _, err = cli("audit", str(tmp_path / name), "--out", str(out), "--json")
+        (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+        assert rc == 1 and said in record["error"] and "no such file" not in record["error"], (err, record)

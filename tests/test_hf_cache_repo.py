@@ -127,3 +127,26 @@ def test_scan_judges_a_cache_file_by_its_snapshot_name(tmp_path):
         got = scan_path(str(root))["files"]
         prefix = os.path.relpath(snap, root) + os.sep
         assert {f["path"].removeprefix(prefix): f["status"] for f in got} == want, root
+
+
+def test_audit_passes_over_an_interrupted_downloads_incomplete_blob(cache, cli, tmp_path):
+    """huggingface_hub downloads a file into blobs/<etag>.incomplete and renames it once whole, linking it into the
+    snapshot then; an interrupted download leaves the part, which scan_cache_dir lists among its incomplete files, of
+    no revision. audit took it for a checkpoint of its own: a record "tensors end at byte N but the file has M bytes
+    (truncated)" beside the repository's own, and exit 1."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    repo = cache / "models--org--bert"
+    link = repo / "snapshots" / REV / "model.safetensors"
+    blob = os.path.realpath(link)
+    part = blob + ".incomplete"   # what the interrupted download left: the first half of the file, no link to it
+    with open(blob, "rb") as f, open(part, "wb") as g:
+        g.write(f.read(os.path.getsize(blob) // 2))
+    os.unlink(blob), os.unlink(link)
+    info = huggingface_hub.scan_cache_dir(cache)
+    assert {str(f.file_path) for f in info.incomplete_files} == {part}   # the library's own reading of its cache
+    assert all(str(f.blob_path) != part for r in info.repos for rev in r.revisions for f in rev.files)
+    out = tmp_path / "audit.jsonl"
+    rc, _, err = cli("audit", str(repo), "--out", str(out), "--json")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert not [r for r in records if r["path"].endswith(".incomplete")], records
+    assert rc == 0 and not [r for r in records if r["error"]], (err, records)

@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ...core.files import HF_CACHE_REPOS, dirname, followed, join, walk
+from ...core.files import HF_CACHE_REPOS, dirname, followed, join, regular, walk
 from ...core.urls import is_url, parent, scheme
 from ...core.urls import named as named_url
 from ...errors import (
@@ -173,8 +173,14 @@ def _walk(root: str, skipped: Skipped) -> list[Unit]:
             dirs[:] = []
             continue
         files: list[str] = []
+        # a cache's blobs/<etag>.incomplete: what an interrupted download left (huggingface_hub file_download.py renames
+        # it once whole; scan_cache_dir lists it among the incomplete files, of no revision): no checkpoint, skipped
+        partial = os.path.basename(folder) == "blobs" and os.path.basename(os.path.dirname(folder)).startswith(HF_CACHE_REPOS)
         for n in sorted(names):
             p = os.path.join(folder, n)
+            if partial and n.endswith(".incomplete"):
+                skipped.append(p)
+                continue
             real = os.path.realpath(p)
             if real in claimed:
                 continue
@@ -367,6 +373,11 @@ def _entry(target: str, skipped: Skipped) -> list[Unit]:
         return [_unit(target, [target])]
     if os.path.isfile(target + ".index"):   # a TF checkpoint prefix
         return [_unit(target + ".index", [target + ".index"])]
+    if os.path.lexists(target):   # a FIFO, a device, a socket, a symlink loop: the record says what, not "no such file"
+        try:
+            regular(target)
+        except CheckpointError as e:
+            return [Unit(target, (), 0, 0, error=str(e))]
     return [Unit(target, (), 0, 0)]   # the record says it is missing: a list's stale line never ends the run
 
 
