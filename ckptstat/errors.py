@@ -96,8 +96,10 @@ def as_checkpoint_error(path: str | os.PathLike[str], exc: BaseException, what: 
     prefix = f"{what}: " if what else ""
     if isinstance(exc, IsADirectoryError):
         return CheckpointError(path, "is a folder, not a file")
-    if isinstance(exc, OSError) and exc.errno is not None:   # the OS's own: permission, I/O error
-        return CheckpointError(path, prefix + (exc.strerror or str(exc)))
+    if isinstance(exc, OSError) and exc.errno is not None:   # the OS's own: permission, I/O error, of the file it names
+        # (a shard of the index `path`, a config.json beside it), else of `path`
+        return CheckpointError(exc.filename if isinstance(exc.filename, str) and exc.filename else path,
+                               prefix + (exc.strerror or str(exc)))
     # Anything else is a parser tripping over the bytes (a decoder's OSError has no errno: bz2's
     # "Invalid data stream", HDF5 through h5py). Its text may quote the file's bytes (a KeyError's
     # key, int()'s "invalid literal"): shown short and escaped, never raw.

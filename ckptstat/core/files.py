@@ -78,6 +78,18 @@ def open_regular(path: str, what: str = "", buffering: int = -1) -> IO[bytes]:
         raise
 
 
+def absent(path: str) -> CheckpointError | None:
+    """Why the local `path` is not there to open, in one line: missing, a link to a missing file, a loop of links, a
+    folder on the way the user may not enter ("no such file" said of each, before); None where it is there."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return FileNotFound(path, "is a symlink to a missing file" if os.path.islink(path) else "no such file or folder")
+    except OSError as e:
+        return CheckpointError(path, e.strerror or "cannot stat")
+    return None
+
+
 def file_size(path: str) -> int:
     """The size of a local file or a URL (os.path.getsize for a path)."""
     return urls.backend().size(path) if urls.is_url(path) else os.path.getsize(path)

@@ -413,12 +413,13 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             raise FileNotFound(urls.redact(path), urls.backend().why_absent(path))
     elif not os.path.exists(path) and os.path.isfile(path + ".index"):
         path = path + ".index"   # a TF checkpoint prefix
-    elif not os.path.lexists(path):
-        raise FileNotFound(path, "no such file or folder")
-    elif not os.path.exists(path):
-        raise FileNotFound(path, "is a symlink to a missing file")
-    elif os.path.isdir(path) and (snapshot := files.hf_cache_snapshot(path)) is not None:
-        path = snapshot   # ~/.cache/huggingface/hub/models--org--name: the revision refs/main names, opened as itself
+    elif (absent := files.absent(path)) is not None:
+        raise absent
+    elif os.path.isdir(path):
+        with reading(path, "cannot list the folder"):   # (one the user may not read: one line, not a PermissionError)
+            os.listdir(path)
+        if (snapshot := files.hf_cache_snapshot(path)) is not None:
+            path = snapshot   # ~/.cache/huggingface/hub/models--org--name: the revision refs/main names, opened as itself
     allow = switches().allow_external if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     def open_inside(p: str) -> Checkpoint:

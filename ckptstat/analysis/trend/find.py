@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from ...core.files import absent
 from ...errors import FileNotFound, UsageError
 
 MAX_STEPS = 10_000   # a folder of more checkpoints than this is refused (each is opened)
@@ -51,8 +52,8 @@ def discover(paths: list[str]) -> tuple[list[Step], str, list[dict]]:
     if not paths:
         raise UsageError("trend needs a run folder or at least two checkpoints")
     for p in paths:
-        if not os.path.exists(p):
-            raise FileNotFound(p, "no such file or folder")
+        if (why := absent(p)) is not None:
+            raise why
     skipped: list[dict] = []
     if len(paths) == 1 and os.path.isdir(paths[0]):
         steps, layout, skipped = _run_folder(paths[0])
