@@ -307,8 +307,11 @@ def _main(argv: list[str] | None) -> int:
         return rc
     command = typer.main.get_command(app)
     commands = set(getattr(command, "commands", {}))
-    first = next((a for a in args if not a.startswith("-")), None)
-    if first is not None and first not in commands:
+    cut = args.index("--") if "--" in args else len(args)   # after `--`, every word is a path (`-- -model.bin`)
+    first = next((a for a in args[:cut] if not a.startswith("-")), None)
+    if first is None and cut < len(args):
+        args.insert(0, "summary")   # `ckptstat [OPTIONS] -- PATH`
+    elif first is not None and first not in commands:
         near = _nearest_command(first, commands)
         if near:
             print(f"ckptstat: no command or path {first!r}; did you mean {near!r}? (ckptstat --help lists the "

@@ -275,6 +275,20 @@ def test_a_path_that_looks_like_a_command_is_still_a_path(cli, tmp_path, monkeyp
     assert rc == 1 and "no such file" in err and "did you mean" not in err
 
 
+@pytest.mark.parametrize("options", [[], ["--json"], ["--layers"]])
+def test_a_path_after_double_dash_that_starts_with_a_dash(cli, tmp_path, monkeypatch, options) -> None:
+    """`ckptstat -- -model.safetensors`: after `--` every word is a path, as POSIX utilities read it; the same report
+    as the file's under another spelling (./-model.safetensors). The summary shorthand saw no word but options,
+    inserted no `summary`, and click answered "No such option: -m" (exit 2)."""
+    shutil.copy(os.path.join(BERT, "model.safetensors"), tmp_path / "-model.safetensors")
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = cli(*options, "--", "-model.safetensors")
+    assert rc == 0, err
+    assert out == cli(*options, "./-model.safetensors")[1].replace("./-model", "-model")
+    rc, out, err = cli("tensors", "--json", "--", "-model.safetensors")
+    assert rc == 0 and out == cli("tensors", "--json", "./-model.safetensors")[1].replace("./-model", "-model"), err
+
+
 # --- one default sequence length ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", [BERT, LLAMA])
