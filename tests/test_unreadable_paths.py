@@ -61,3 +61,11 @@ def test_what_cannot_be_read_is_said_in_one_line(paths, command) -> None:
         rc, out, err = _ckptstat(args[0], path, *args[1:], "--json", cwd=paths)
         assert rc == (2 if command[0] == "diff" else 1) and out == "", (path, rc, err)
         assert err == f"ckptstat: error: {said}\n", (path, err)
+
+
+def test_scan_says_the_same(paths) -> None:
+    """`scan` (exit 2: unreadable) of a file in a folder the user may not enter said "no such file or folder", and of
+    a loop of links "no such file"."""
+    for path, said in {"locked/model-00001-of-00007.safetensors": DENIED, "loop.a": LOOP}.items():
+        rc, out, err = _ckptstat("scan", path, "--json", cwd=paths)
+        assert rc == 2 and out == "" and err == f"ckptstat: error: {path}: {said}\n", (path, rc, err)

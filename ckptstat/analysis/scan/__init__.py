@@ -19,10 +19,10 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from ...core.files import followed, open_regular, walk
+from ...core.files import absent, followed, open_regular, walk
 from ...core.limits import limits
 from ...core.urls import is_url
-from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
+from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError
 from ...formats.registry import is_index
 from .archive import also_archive, foreign_members, judge_archive, worse
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
@@ -253,8 +253,8 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
         return scan_index(path, progress) if is_index(path) else scan_url(path)
     if os.path.isdir(path):
         return scan_tree(path, progress)
-    if not os.path.lexists(path):
-        raise FileNotFound(path, "no such file or folder")
+    if (why := absent(path)) is not None:   # (missing, a link to nothing, a loop, a folder the user may not enter)
+        raise why
     return scan_index(path, progress) if is_index(path) and os.path.isfile(path) else scan_local(path)
 
 
