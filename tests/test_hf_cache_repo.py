@@ -13,6 +13,7 @@ import pytest
 from conftest import fixture
 
 sys.path.insert(0, os.path.dirname(__file__))
+from hf_cache import REV as REV_HAND  # noqa: E402
 from hf_cache import hf_repo  # noqa: E402
 from remote_server import Server  # noqa: E402
 
@@ -150,3 +151,37 @@ def test_audit_passes_over_an_interrupted_downloads_incomplete_blob(cache, cli, 
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert not [r for r in records if r["path"].endswith(".incomplete")], records
     assert rc == 0 and not [r for r in records if r["error"]], (err, records)
+
+
+def _cached(cache, folder: str, name: str):
+    """`folder`'s files (subfolders too) as the snapshot of the cache repository `name` (tests/hf_cache.py)."""
+    files = {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
+             for d, _, names in os.walk(folder) for f in names}
+    hf_repo(cache, files, name)
+    return cache / name
+
+
+def test_summary_of_a_cached_pipeline_or_adapter_is_the_snapshots(tmp_path, cli):
+    """`ckptstat ~/.cache/huggingface/hub/models--org--name` of a diffusers pipeline was refused as "a diffusers
+    pipeline ...: `ckptstat summary` totals every component" (by summary itself), and a PEFT adapter's got the plain
+    summary of its weights, not the adapter report: the pipeline and adapter checks looked at the repository folder,
+    not the snapshot refs/main names. Oracles: each component's parameters() (diffusers), peft's trainable count."""
+    from conftest import fixture_script
+
+    make_adapters = fixture_script("make_adapters")
+    pipe = str(tmp_path / "pipe")
+    components = make_adapters.write_pipeline("dit", pipe)
+    adapter = str(tmp_path / "lora")
+    peft_counts = make_adapters.write_adapter("llama-dora", adapter)
+    repo = _cached(tmp_path / "hub", pipe, "models--org--pipe")
+    rc, out, err = cli(str(repo), "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert {c["component"]: c["params"] for c in r["components"] if c["status"] == "weights"} == components
+    assert r == json.loads(cli(str(repo / "snapshots" / REV_HAND), "--json")[1])
+    repo = _cached(tmp_path / "hub", os.path.join(adapter, "adapter"), "models--org--lora")
+    for args in (["--json"], ["summary", "--json"]):
+        rc, out, err = cli(*args, str(repo))
+        assert rc == 0, err
+        r = json.loads(out)
+        assert r["schema"] == "ckptstat.adapter/1" and r["parameters"]["trainable"] == peft_counts["trainable"], r

@@ -15,9 +15,11 @@ BaseOpt = typer.Option(None, "--base", help="A PEFT adapter's base model (file o
 
 def summary_other(path: str, base: Optional[str], as_json: bool, config: Optional[str]) -> bool:
     """Report an adapter or a pipeline and return True; False when `path` is neither (the plain summary)."""
+    from ..core.files import as_snapshot
     from ..errors import UsageError
     from ..formats.folders import adapter_weights, is_pipeline
 
+    path = as_snapshot(path)   # a cache's models--org--name: the snapshot refs/main names, as open_checkpoint reads it
     if is_pipeline(path):
         if base is not None:
             raise UsageError("--base applies to a PEFT adapter, not to a diffusers pipeline")

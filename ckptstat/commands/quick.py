@@ -93,10 +93,12 @@ def quick(args: list[str], debug: bool = False) -> int | None:
     command, path, opts = parsed
     config = opts.get("--config")
     assert config is None or isinstance(config, str)
+    from ..core.files import as_snapshot
     from ..formats.folders import is_adapter, is_pipeline
 
     try:
-        if is_adapter(path) or is_pipeline(path):   # their own reports (commands/multi.py)
+        folder = as_snapshot(path)   # (a Hugging Face cache repository: its snapshot's)
+        if is_adapter(folder) or is_pipeline(folder):   # their own reports (commands/multi.py)
             return None
     except Exception:   # whatever trips here, typer's path meets it again, inside cli.main's boundary
         return None

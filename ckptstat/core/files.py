@@ -208,6 +208,11 @@ def hf_cache_snapshot(repo: str) -> str | None:
                      f"e.g. {os.path.join(snapshots, revisions[0])}")
 
 
+def as_snapshot(path: str) -> str:
+    """`path`, or the snapshot folder it stands for when it is a Hugging Face cache repository (hf_cache_snapshot)."""
+    return (hf_cache_snapshot(path) if not urls.is_url(path) and os.path.isdir(path) else None) or path
+
+
 def followed(link: str, real_root: str) -> bool:
     """Whether a folder walk (scan, audit) under the resolved `real_root` follows the symlink `link` to a file:
     it resolves inside the root, or inside the Hugging Face cache blobs of the snapshot it sits in."""
