@@ -185,3 +185,22 @@ def test_summary_of_a_cached_pipeline_or_adapter_is_the_snapshots(tmp_path, cli)
         assert rc == 0, err
         r = json.loads(out)
         assert r["schema"] == "ckptstat.adapter/1" and r["parameters"]["trainable"] == peft_counts["trainable"], r
+
+
+def test_a_snapshot_without_weights_names_the_others(cache, cli):
+    """refs/main moved on to a revision of which only config.json was fetched (AutoConfig after a new commit), the
+    weights being in the older snapshot: huggingface_hub finds no model.safetensors at main (try_to_load_from_cache)
+    and does at the older revision. ckptstat said "folder holds no weights file" alone; it now names the other
+    snapshots, and for the `snapshots/` folder itself, the snapshots in it."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    repo = cache / "models--org--bert"
+    new = "2" * 40
+    (repo / "snapshots" / new).mkdir()
+    os.symlink(os.readlink(repo / "snapshots" / REV / "config.json"), repo / "snapshots" / new / "config.json")
+    (repo / "refs" / "main").write_text(new)
+    assert huggingface_hub.try_to_load_from_cache("org/bert", "model.safetensors", cache_dir=cache) is None
+    assert huggingface_hub.try_to_load_from_cache("org/bert", "model.safetensors", cache_dir=cache, revision=REV)
+    for path in (repo, repo / "snapshots"):
+        rc, out, err = cli(str(path), "--json")
+        assert rc == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "holds no weights file" in err and f"snapshots: {REV}" in err and "pass one that holds the weights" in err

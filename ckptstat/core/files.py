@@ -208,6 +208,21 @@ def hf_cache_snapshot(repo: str) -> str | None:
                      f"e.g. {os.path.join(snapshots, revisions[0])}")
 
 
+def hf_cache_hint(folder: str) -> str:
+    """For a folder of a Hugging Face cache repository that holds no weights, the snapshots to pass instead: its
+    `snapshots/` itself, or a snapshot downloaded in part (refs/main moved on to a revision of which only a
+    config.json was fetched, the weights being in an older snapshot). "" for any other folder."""
+    real = os.path.realpath(folder)
+    snapshots = real if os.path.basename(real) == "snapshots" else os.path.dirname(real)
+    if os.path.basename(snapshots) != "snapshots" or not os.path.basename(os.path.dirname(snapshots)).startswith(HF_CACHE_REPOS):
+        return ""
+    others = sorted(r for r in os.listdir(snapshots) if os.path.isdir(p := os.path.join(snapshots, r)) and p != real)
+    if not others:
+        return ""
+    return (f"; the cache repository's {'' if snapshots == real else 'other '}snapshots: {', '.join(others[:4])}"
+            f"{', ...' if len(others) > 4 else ''} (pass one that holds the weights)")
+
+
 def as_snapshot(path: str) -> str:
     """`path`, or the snapshot folder it stands for when it is a Hugging Face cache repository (hf_cache_snapshot)."""
     return (hf_cache_snapshot(path) if not urls.is_url(path) and os.path.isdir(path) else None) or path

@@ -205,7 +205,7 @@ def resolve_folder(folder: str) -> str:
         orbax = importlib.import_module(f"{__package__}.orbax")
         if steps := orbax.manager_steps(folder):
             raise orbax.refuse_manager(folder, steps)
-    raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
+    raise FileNotFound(folder, "folder holds no weights file ckptstat recognises" + files.hf_cache_hint(folder))
 
 
 # A folder without a FOLDER_CANDIDATES file: the first of these its files end with, in this order of preference; then
