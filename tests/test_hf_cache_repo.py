@@ -204,3 +204,37 @@ def test_a_snapshot_without_weights_names_the_others(cache, cli):
         rc, out, err = cli(str(path), "--json")
         assert rc == 1 and out == "" and len(err.strip().splitlines()) == 1, err
         assert "holds no weights file" in err and f"snapshots: {REV}" in err and "pass one that holds the weights" in err
+
+
+def test_a_snapshot_of_two_formats_reads_what_transformers_loads(cache, cli, monkeypatch):
+    """A snapshot holding model.safetensors and pytorch_model.bin (many Hub repositories ship both): transformers loads
+    model.safetensors and the note names pytorch_model.bin as not read; once the safetensors blob is deleted (its link
+    dangling), transformers loads pytorch_model.bin, and so does ckptstat, saying why (it said "also holds
+    model.safetensors, not read: transformers loads pytorch_model.bin first", which is not so)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = cache / "models--org--bert"
+    snap = repo / "snapshots" / REV
+    safe = load_file(snap / "model.safetensors")
+    blob = repo / "blobs" / "bin"   # (huggingface_hub names blobs by their etag; any name reads the same)
+    torch.save({k: v + 1 for k, v in safe.items()}, blob)
+    os.symlink(os.path.relpath(blob, snap), snap / "pytorch_model.bin")
+
+    def loaded() -> str:
+        model = transformers.AutoModel.from_pretrained("org/bert", cache_dir=cache, local_files_only=True)
+        name, value = next((k, v) for k, v in model.state_dict().items() if k in safe and safe[k].numel() > 1)
+        return "model.safetensors" if torch.equal(value, safe[name]) else "pytorch_model.bin"
+
+    assert loaded() == "model.safetensors"
+    r = json.loads(cli(str(repo), "--json")[1])
+    assert r["path"] == str(snap / "model.safetensors")
+    assert "the folder also holds pytorch_model.bin, not read" in " ".join(r["notes"])
+    os.unlink(os.path.realpath(snap / "model.safetensors"))
+    assert loaded() == "pytorch_model.bin"
+    r = json.loads(cli(str(repo), "--json")[1])
+    assert r["path"] == str(snap / "pytorch_model.bin")
+    assert any(n.startswith("model.safetensors: no file to read") for n in r["notes"]), r["notes"]
+    assert "also holds" not in " ".join(r["notes"])

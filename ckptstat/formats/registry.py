@@ -501,8 +501,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                         ckpt.quant_sidecar = load_config(sidecar)
                     except CheckpointError as e:   # an optional record: the weights and config.json still answer
                         ckpt.notes.append(f"{e}; ignored")
-        if target != path and not urls.is_url(path) and (note := _unread_weights(path, target)):
-            ckpt.notes.append(note)
+        if target != path and not urls.is_url(path):
+            ckpt.notes += _unread_weights(path, target)
         adapter = folders.adapter_config_beside(target)
         if adapter is not None:
             check_inside(adapter, "adapter config", path)
@@ -510,17 +510,23 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     return ckpt
 
 
-def _unread_weights(folder: str, target: str) -> str | None:
-    """The note a folder holding more than one of transformers' weights files gets: which it holds besides the one
-    read, and that transformers loads the one read (a folder save_pretrained wrote twice keeps the other's file)."""
+def _unread_weights(folder: str, target: str) -> list[str]:
+    """The notes of a folder holding more than one of transformers' weights files (a repository shipping two formats,
+    a folder save_pretrained wrote twice, sharded and not): a name before the one read that is no file (a cache
+    snapshot's link to a deleted blob), passed over as transformers passes it over; those after it, never loaded."""
     read = os.path.basename(target)
     if read not in TRANSFORMERS_WEIGHTS:
-        return None
-    others = [n for n in TRANSFORMERS_WEIGHTS if n != read and os.path.lexists(os.path.join(folder, n))]
-    if not others:
-        return None
-    return (f"the folder also holds {', '.join(others)}, not read: transformers' from_pretrained loads {read} first "
-            "(a folder saved twice, once sharded, keeps the other save's files)")
+        return []
+    at = TRANSFORMERS_WEIGHTS.index(read)
+    there = [i for i, n in enumerate(TRANSFORMERS_WEIGHTS) if i != at and os.path.lexists(os.path.join(folder, n))]
+    gone, later = [TRANSFORMERS_WEIGHTS[i] for i in there if i < at], [TRANSFORMERS_WEIGHTS[i] for i in there if i > at]
+    notes = []
+    if gone:
+        notes.append(f"{', '.join(gone)}: no file to read (a link to a missing blob?), passed over as transformers' "
+                     f"from_pretrained passes it over; {read} read")
+    if later:
+        notes.append(f"the folder also holds {', '.join(later)}, not read: transformers' from_pretrained loads {read} first")
+    return notes
 
 
 def _take_config(ckpt: Checkpoint, cfg_path: str, cfg: dict[str, Any]) -> None:
