@@ -476,21 +476,33 @@ def test_kimi_k2_dense_first_layer_is_split_like_every_layer(tmp_path, mem):
     model = _meta("DeepseekV3ForCausalLM", "DeepseekV3Config", KIMI_K2)
     assert model.config.first_k_dense_replace == 1 and len(model.model.layers) == 61
     kept = _vllm_replicated(model)
-    split = sum(p.numel() for p in model.parameters() if p.dim() >= 2) - sum(kept.values())
     whole = sum(p.numel() for p in model.parameters() if p.dim() == 1)
     r = mem(path, "--seq", "4096", "--tp", "8", "--gpus", "8", "--gpu", "H200", "--weights-dtype", "bf16")
-    assert _group(r, "weights") == math.ceil(2 * (split / 8 + whole + sum(kept.values())))
+    assert _group(r, "weights") == math.ceil(_tp_bytes(model, 8))
     assert "pooler and classifier linears" not in r["fit"]["replicated"]
     assert r["fit"]["replicated"] == {"norms": whole, **kept}
 
 
-def _vllm_replicated(model) -> dict[str, int]:
+def _vllm_replicated(model, size=lambda p: p.numel()) -> dict[str, int]:
     """The 2-D weights vLLM's DeepseekV2 model keeps whole on every tp rank (ReplicatedLinear): the routers'
-    (transformers' DeepseekV3TopkRouter) and MLA's q_a_proj / kv_a_proj_with_mqa, by the planner's names."""
-    routers = sum(p.numel() for m in model.modules() if type(m).__name__.endswith("TopkRouter")
+    (transformers' DeepseekV3TopkRouter) and MLA's q_a_proj / kv_a_proj_with_mqa, by the planner's names; their
+    elements, or `size` of each."""
+    routers = sum(size(p) for m in model.modules() if type(m).__name__.endswith("TopkRouter")
                   for p in m.parameters(recurse=False) if p.dim() >= 2)
-    mla = sum(m.weight.numel() for n, m in model.named_modules() if n.endswith((".q_a_proj", ".kv_a_proj_with_mqa")))
+    mla = sum(size(m.weight) for n, m in model.named_modules() if n.endswith((".q_a_proj", ".kv_a_proj_with_mqa")))
     return {"MoE routers": routers, "MLA down-projections": mla}
+
+
+def _tp_bytes(model, tp: int) -> float:
+    """Bytes of the model's parameters on one of `tp` ranks, each at the dtype the model holds it in (the routers
+    float32: DeepseekV3's _keep_in_fp32_modules_strict): the vLLM-replicated weights and the vectors whole, every
+    other matrix split."""
+    def nbytes(p) -> int:
+        return p.numel() * p.element_size()
+
+    held = sum(_vllm_replicated(model, nbytes).values())
+    split = sum(nbytes(p) for p in model.parameters() if p.dim() >= 2) - held
+    return split / tp + sum(nbytes(p) for p in model.parameters() if p.dim() == 1) + held
 
 
 def test_tp_replicates_deepseek_routers_and_mla_down_projections(tmp_path, mem):
@@ -500,10 +512,9 @@ def test_tp_replicates_deepseek_routers_and_mla_down_projections(tmp_path, mem):
     model = _meta("DeepseekV3ForCausalLM", "DeepseekV3Config", TINY_DSV3)
     kept = _vllm_replicated(model)
     assert all(kept.values())
-    split = sum(p.numel() for p in model.parameters() if p.dim() >= 2) - sum(kept.values())
     whole = sum(p.numel() for p in model.parameters() if p.dim() == 1)
     r = mem(path, "--seq", "16", "--tp", "4", "--weights-dtype", "bf16")
-    assert _fit(r)[("weights", "resident")] == math.ceil(2 * (split / 4 + whole + sum(kept.values())))
+    assert _fit(r)[("weights", "resident")] == math.ceil(_tp_bytes(model, 4))
     assert r["fit"]["replicated"] == {"norms": whole, **kept}
 
 

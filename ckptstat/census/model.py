@@ -3,6 +3,7 @@ own parameter count and stored dtypes. A bare config.json (no weights) is accept
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from ..core import Checkpoint
 from ..core.limits import limits
 from ..errors import FileNotFound, NoAnalyticModel, UsageError
 from ..families import get, language_model
+from ..families.fp32_table import canonical, kept_float32
 from ..families.framework.base import KVLines
 from ..families.framework.graph import Op, predict_params
 from ..families.framework.spec import (
@@ -19,6 +21,7 @@ from ..families.framework.spec import (
     ArchSpec,
     from_config,
 )
+from ..families.framework.tensors import expected_tensors
 from ..families.images import modelled
 from ..families.load_table import load_differences
 from ..families.wrappers import is_outside, outside_module
@@ -68,6 +71,13 @@ class Model:
     # the config the spec was built from (config.json, a URL's, --config's): what the planner reads beyond the spec
     # (dropout probabilities, clip_qkv: analysis/memory/saved.py); None for a GGUF's metadata or a tower
     config: Mapping[str, Any] | None = None
+    # of the parameters, those the class keeps in float32 when loaded in float16 / bfloat16 (families/fp32_table.py)
+    float32_kept: Mapping[str, int] = field(default_factory=dict)
+
+    def bytes_in(self, dtype: str | None, width: float) -> float:
+        """Bytes of the parameters loaded in `dtype` (`width` B each), those the class keeps in float32 at 4 B."""
+        kept = self.float32_kept.get(canonical(dtype) or "", 0)
+        return (self.params - kept) * width + kept * 4
 
     @property
     def params(self) -> int:
@@ -80,10 +90,11 @@ class Model:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of the weights as stored; with no weights, in the config's dtype (fp32 if none)."""
+        """Bytes of the weights as stored; with no weights, in the config's dtype (fp32 if none) as transformers loads
+        them (the parameters the class keeps in float32 at 4 B)."""
         if self.param_bytes:
             return sum(self.param_bytes.values())
-        return self.predicted["total"] * self.bytes_per_param
+        return self.bytes_in(self.spec.dtype, self.bytes_per_param)
 
     @property
     def bytes_per_param(self) -> float:
@@ -173,7 +184,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
                  tuple(notes) + spec.assumptions, outside, found, on_load=made,
-                 image_config=ckpt.config if ckpt.config and modelled(ckpt.config) else None, config=ckpt.config)
+                 image_config=ckpt.config if ckpt.config and modelled(ckpt.config) else None, config=ckpt.config,
+                 float32_kept=kept_float32(ckpt.config, lambda: ((t.name, t.numel) for t in parameters(ckpt))))
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
@@ -192,8 +204,9 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
         if spec.dtype is None:
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
         q = cfg.get("quantization_config")
+        kept = kept_float32(cfg, lambda: ((k, math.prod(v)) for k, v in (expected_tensors(spec) or {}).items()))
         return Model(spec, path, path, predict_params(spec), None, {}, notes, quantization=q if isinstance(q, dict) else None,
-                     image_config=cfg if modelled(cfg) else None, config=cfg)
+                     image_config=cfg if modelled(cfg) else None, config=cfg, float32_kept=kept)
     return from_checkpoint(open_checkpoint(path, config))
 
 

@@ -50,7 +50,10 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
         line("weights", f"as configured ({s.dtype or 'float32, assumed'})", m.weight_bytes,
              f"predicted parameters x {m.bytes_per_param:g} B" + (f"; {qs[1]}" if qs[1] else ""))
     for dt, per in WHAT_IF.items():
-        line("weights what-if", dt, P * per, f"{P:,} parameters x {per:g} B (no quantisation scales)")
+        kept = m.float32_kept.get(dt, 0)
+        line("weights what-if", dt, m.bytes_in(dt, per) if per >= 2 else P * per,
+             f"{P:,} parameters x {per:g} B (no quantisation scales)" + (f"; {kept:,} of them kept in float32 by the "
+             "class (transformers' _keep_in_fp32_modules) x 4 B" if kept else ""))
     if m.predicted.get("active") is not None:
         line("weights what-if", f"active experts only ({s.top_k} of {s.experts}), as stored",
              m.predicted["active"] * m.bytes_per_param, "active parameters x stored bytes per parameter "

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from ...census.model import Model
 from ...errors import UsageError
 from ...families import get
+from ...families.fp32_table import FP32_KEPT_RULE, op_param
+from ...families.fp32_table import pattern as fp32_pattern
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
 from . import autocast as amp
@@ -170,14 +172,14 @@ def quantised(m: Model, plan: Plan) -> tuple[Quant | None, str]:
 
 
 def weight_bytes_per_param(m: Model, plan: Plan) -> float:
-    """Bytes per parameter outside quantised linears: the override, 2 (bf16) beside quantised weights,
-    or the stored average."""
+    """Bytes per parameter outside quantised linears: the override, 2 (bf16) beside quantised weights, the stored
+    average, or a bare config's dtype (parameters the class keeps in float32 aside: split)."""
     wd = plan.weights_dtype
     if wd in FLOAT_BYTES:
         return FLOAT_BYTES[wd]
     if wd in QUANTISED:
         return 2
-    return m.weight_bytes / m.params if m.params else m.bytes_per_param
+    return m.bytes_per_param
 
 
 def split(m: Model, plan: Plan) -> Split:
@@ -197,7 +199,12 @@ def split(m: Model, plan: Plan) -> Split:
         out.dtype_rule = f"as stored ({', '.join(sorted(m.param_bytes)) or s.dtype or 'float32, assumed'}): " \
                          f"{wb:.4g} B/param on average{'; ' + q_note if q_note else ''}"
     float32_experts = amp.grouped_experts(s)   # grouped_mm's experts: autocast casts none of their weights
+    # what transformers' from_pretrained keeps in float32 at a 16-bit dtype (families/fp32_table.py)
+    kept = None if q or wd is None and m.param_bytes else fp32_pattern(m.config, wd or s.dtype)
+    if kept and m.float32_kept:
+        out.dtype_rule += f"; {FP32_KEPT_RULE}"
     for op in m.oracle.ops() if m.oracle else build(s):
+        width = 4 if kept and kept.search(op_param(op.module)) else wb
         where = "first" if op.bucket == "embedding" else "last" if op.bucket in ("cls", "pooler") else "layers"
         if where == "layers" and op.calls == 1 and layers_stored(s) > 1 and not LAYER_GROUP.search(op.module):
             where = "last"   # a module of the stack that runs once outside a layer: the final norm, after the last block
@@ -208,7 +215,7 @@ def split(m: Model, plan: Plan) -> Split:
                 continue
             if op.params == 0:
                 if fout == s.vocab and where == "last":
-                    out.tied_embedding = (n, n * wb, n + fout)   # a tied LM head: the word embedding's table
+                    out.tied_embedding = (n, n * width, n + fout)   # a tied LM head: the word embedding's table
                     out.matmul[(where, True)] = out.matmul.get((where, True), 0) + n
                 continue
             copies: float
@@ -225,14 +232,14 @@ def split(m: Model, plan: Plan) -> Split:
             if where == "layers" and q and q.converts(op.module):
                 wbytes = copies * q.bytes(fin, fout)
             else:
-                wbytes = w * wb
+                wbytes = w * width
             out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
             cast = not (float32_experts and amp.expert_op(op))
             out.matmul[(where, sharded)] = out.matmul.get((where, sharded), 0) + w * cast
             if bias:
                 row = bool(ROW_PARALLEL.search(op.module)) and not COLUMN_DENSE.search(op.module)
                 b_sharded = where == "layers" and not row and not whole
-                out.add(where, b_sharded, bias, bias * wb, bias, bias if fout < BNB_MIN_8BIT else 0)
+                out.add(where, b_sharded, bias, bias * width, bias, bias if fout < BNB_MIN_8BIT else 0)
                 out.matmul[(where, b_sharded)] = out.matmul.get((where, b_sharded), 0) + bias * cast
                 if not b_sharded:
                     _note(out, whole or ("biases of row-parallel linears" if row else "biases of head/pooler linears"), bias)
@@ -250,7 +257,7 @@ def split(m: Model, plan: Plan) -> Split:
             factored = rows + dim if op.kind == "embedding" and rows else op.params
             # a norm's tensors are vectors of the width; an embedding one table; other modules: assumed large
             tensor = dim if op.kind == "norm" else op.params if op.kind == "embedding" else BNB_MIN_8BIT
-            out.add(where, sharded, op.params, op.params * wb, factored, op.params if tensor < BNB_MIN_8BIT else 0)
+            out.add(where, sharded, op.params, op.params * width, factored, op.params if tensor < BNB_MIN_8BIT else 0)
             if not sharded:
                 _note(out, {"norm": "norms", "embedding": "position / type embeddings"}.get(op.kind, f"{op.kind} modules"),
                       op.params)
@@ -263,7 +270,7 @@ def split(m: Model, plan: Plan) -> Split:
             for k in d:
                 d[k] *= r
         out.replicated = {k: v * r for k, v in out.replicated.items()}
-    if wd is None and not q:   # as stored: exactly the stored bytes, spread by parameter count
+    if wd is None and not q and m.param_bytes:   # as stored: exactly the stored bytes, spread by parameter count
         total = sum(out.params.values())
         for k in out.bytes:
             out.bytes[k] = out.params[k] / total * m.weight_bytes if total else 0
