@@ -33,7 +33,7 @@ from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families import get
 from ..families.framework.archspec import SEQ_UNITS, ArchSpec
-from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures, check_layer_counts
+from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures, check_layer_counts, config_dtype
 from ..families.framework.ops import Op
 from ..formats.registry import load_config, open_checkpoint
 from .torch_flops import flop_counter
@@ -494,7 +494,7 @@ class MetaModel:
             return next((v for k in keys if isinstance(v := read(k), int) and not isinstance(v, bool)), 0)
 
         h, a = size("hidden_size", "d_model"), size("num_attention_heads")
-        tdt = self.cfg.get("torch_dtype") or self.cfg.get("dtype")
+        tdt = config_dtype(self.cfg)
         return ArchSpec(family="generic", model_type=str(self.cfg["model_type"]),
                         source=f"transformers {self.version} on the meta device",
                         head="lm" if self.decoder else CHOICE if self.choices

@@ -24,6 +24,7 @@ from typing import Any
 
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...errors import CkptstatError
+from ...families.framework.base import config_dtype as base_config_dtype
 from ...naming import name_forms, quant_member_role
 from . import keras, mlx, quanto_hqq_torchao
 
@@ -546,9 +547,8 @@ CONFIG_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}   # a t
 
 def config_dtype(ckpt: Checkpoint) -> str | None:
     """config.json's model dtype (transformers 5's `dtype`, else 4's `torch_dtype`) as F16, BF16 or F32, or None."""
-    cfg = ckpt.config or {}
-    d = cfg.get("dtype") or cfg.get("torch_dtype")
-    return CONFIG_DTYPES.get(d) if isinstance(d, str) else None
+    d = base_config_dtype(ckpt.config or {})
+    return CONFIG_DTYPES.get(d) if d else None
 
 
 def _compute_dtype(ckpt: Checkpoint, w: QuantWeight) -> str:

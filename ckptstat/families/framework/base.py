@@ -57,11 +57,20 @@ HEAD_SUFFIXES = [
 ]
 # the heads whose output holds b x s x V vocabulary logits (memory's logits line)
 VOCAB_LOGITS = ("lm", "mlm", "pretraining", MC)
-# Bytes per element of config `torch_dtype` / `dtype` values.
 # Bytes per element of a recurrent state transformers keeps in float32 whatever the model's dtype (Mamba2's and gated
 # DeltaNet's scans, RWKV's WKV terms: they compute in float32 and the cache keeps what they return)
 STATE_BYTES = 4
+# Bytes per element of config `torch_dtype` / `dtype` values.
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "int8": 1}
+
+
+def config_dtype(cfg: Mapping[str, Any]) -> str | None:
+    """config.json's model dtype as transformers 5.25 reads it: `dtype`, else the older `torch_dtype`
+    (PretrainedConfig.__init__ keeps `dtype` where both are given, and from_pretrained loads in it); None when that
+    is not a string."""
+    d = cfg.get("dtype")
+    d = cfg.get("torch_dtype") if d is None else d
+    return d if isinstance(d, str) else None
 
 Shapes = dict[str, tuple[int, ...]]          # parameter name -> shape, PyTorch layout [out, in]
 Tensors = Mapping[str, TensorInfo]

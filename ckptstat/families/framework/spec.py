@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import NoAnalyticModel, UsageError, one_line
 from .. import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
 from .archspec import SEQ_UNITS
-from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, head_of
+from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, config_dtype, head_of
 from .infer import canonical_name, canonical_tensors, find, has
 
 __all__ = ["DTYPE_BYTES", "HEAD_SUFFIXES", "ArchSpec", "audio_inputs", "canonical_name", "canonical_tensors", "check_seq",
@@ -48,9 +48,8 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
         raise NoAnalyticModel(f"{path}: the {family.name} op template describes the {', '.join(family.heads)} "
                               f"head{'s' if len(family.heads) > 1 else ''}, not {arch_name}'s")
     c = Cfg(cfg, path, mt, head, {})
-    tdt = cfg.get("torch_dtype") or cfg.get("dtype")
     c.common = dict(family=family.name, model_type=mt, source="config.json", head=head, architecture=arch_name,
-                    assumptions=notes, num_labels=_labels(cfg, c), dtype=tdt if isinstance(tdt, str) else None)
+                    assumptions=notes, num_labels=_labels(cfg, c), dtype=config_dtype(cfg))
     return family.from_config(c)
 
 
