@@ -37,6 +37,11 @@ CASES = {
     "t5": ("T5Config", "T5ForConditionalGeneration",
            dict(d_model=64, d_ff=96, num_layers=2, num_heads=4, d_kv=16, vocab_size=101, feed_forward_proj="gated-gelu")),
     "llama": ("LlamaConfig", "LlamaForCausalLM", MOE),   # keeps nothing in float32
+    # no op template: the meta path (analysis/meta.py), its embeddings, norms and router linear kept in float32
+    "ergo": ("ErgoConfig", "ErgoForCausalLM",
+             dict(vocab_size=101, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                  first_dense_intermediate_size=96, moe_intermediate_size=32, shared_intermediate_size=32, num_experts=4,
+                  num_experts_per_tok=2, sliding_window=4, head_dim=16)),
 }
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,6 +59,9 @@ def _saved(tmp_path, name: str, dtype) -> str:
     torch.manual_seed(0)
     path = tmp_path / f"{name}-{dtype}".replace("torch.", "")
     getattr(T, cls)._from_config(cfg, dtype=dtype).save_pretrained(str(path))
+    # the dtype it was saved in (save_pretrained writes the first parameter's: Ergo's embeddings are float32)
+    saved = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(saved, dtype=str(dtype).removeprefix("torch."))))
     return str(path)
 
 

@@ -32,6 +32,7 @@ from ..census.model import Model, folder_config, is_bare_config
 from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families import get
+from ..families.fp32_table import kept_float32
 from ..families.framework.archspec import SEQ_UNITS, ArchSpec
 from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures, check_layer_counts, config_dtype
 from ..families.framework.ops import Op
@@ -535,8 +536,9 @@ def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpo
                      f"{checkpoint_params:,}: the weights and the config disagree; FLOPs follow the config")
     if spec.dtype is None and not param_bytes:
         notes.append("no weights and no torch_dtype in the config: weight bytes assume float32")
+    kept = kept_float32(cfg, lambda: ((n, p.numel()) for n, p in mm.model.named_parameters()))
     return Model(replace(spec), path, config_path, predicted, checkpoint_params, dict(param_bytes or {}), tuple(notes),
-                 oracle=mm, config=cfg)
+                 oracle=mm, config=cfg, float32_kept=kept)
 
 
 def _without_flops(m: Model, why: str) -> Model:
