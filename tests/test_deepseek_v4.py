@@ -121,10 +121,17 @@ def test_flash_published_size_static_against_the_meta_model(tmp_path):
     assert st.predicted["total"] == model.num_parameters() == 284_325_869_015
     mm = meta.model_of(FLASH, str(path), str(path))
     assert mm.predicted["active"] == st.predicted["active"]
+    # the weights as transformers holds them at bf16: _keep_in_fp32_modules_strict's norms, hyper-connections, sinks
+    # and position biases in float32 (families/fp32_table.py); the meta path names them as the model does, the op
+    # template by the release's names (hc_attn_fn, attn.compressor ...), which match the patterns for the norms only
+    held = sum(p.numel() * p.element_size() for p in model.parameters())
+    kept = sum(p.numel() for p in model.parameters() if p.dtype == torch.float32)
     for s in (100, 4096):
         ours_r, theirs = _lines(mem.report(st, 1, s, None, Plan())), _lines(mem.report(mm, 1, s, None, Plan()))
         shared = 2 * 1 * s * 3 * FLASH["moe_intermediate_size"]
         assert ours_r.pop("activations") == theirs.pop("activations") + shared
+        assert theirs.pop("weights") == held
+        assert 0 < held - ours_r.pop("weights") < 2 * kept
         assert ours_r == theirs, s
     eight = mem.report(st, 1, 4096, None, Plan(tp=8, gpus=8))
     assert _lines(eight)["kv cache"] == _lines(mem.report(st, 1, 4096, None, Plan()))["kv cache"]

@@ -107,3 +107,49 @@ def test_table_is_fresh():
 @pytest.mark.parametrize("cls", [*sorted({c for _, c, _ in CASES.values()}), "Blip2ForConditionalGeneration"])
 def test_table_is_what_the_class_keeps(cls):
     assert entry(cls) == dict(fp32_table._table().get(cls, {}))
+
+
+# T5 v1.1's layout at a size whose linears are whole 128 x 128 FP8 blocks (the FFN's wo among them)
+T5_QUANT = dict(d_model=128, d_ff=256, num_layers=2, num_heads=4, d_kv=32, vocab_size=1000, feed_forward_proj="gated-gelu",
+                tie_word_embeddings=False)
+
+
+def _t5_config(tmp_path) -> str:
+    cfg = T.T5Config(**T5_QUANT).to_dict()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(cfg, architectures=["T5ForConditionalGeneration"], dtype="bfloat16")))
+    return str(path)
+
+
+def _resident(cli, path: str, *args: str) -> int:
+    rc, out, err = cli("memory", path, "--gpu-mem", "80GiB", "--json", *args)
+    assert rc == 0, err
+    return sum(x["bytes"] for x in json.loads(out)["fit"]["lines"] if x["group"] == "weights")
+
+
+def test_fp8_leaves_what_the_class_keeps_in_float32_unconverted(cli, tmp_path):
+    """FineGrainedFP8's quantizer adds `_keep_in_fp32_modules` to the modules it leaves alone (quantizers/base.py
+    get_modules_to_not_convert): T5's `wo` stays a 16-bit nn.Linear (tests/test_memory_plan_quant.py's oracle:
+    replace_with_fp8_linear on the meta model)."""
+    from test_memory_plan_quant import _fp8_oracle
+
+    assert _resident(cli, _t5_config(tmp_path), "--weights-dtype", "fp8") == \
+        _fp8_oracle(T.T5Config(**T5_QUANT), T.T5ForConditionalGeneration)
+
+
+def test_int8_leaves_what_the_class_keeps_in_float32_unconverted(cli, tmp_path):
+    """bitsandbytes LLM.int8 (replace_with_bnb_linear) converts the nn.Linear modules transformers' should_convert_module
+    allows, given get_modules_to_not_convert(model, None, model._keep_in_fp32_modules): each an int8 weight and an fp32
+    scale per row (Int8Params CB, SCB); the rest bf16 (bitsandbytes is not installed here: the selection is
+    transformers', the layout the planner's int8 row)."""
+    from transformers.quantizers.base import HfQuantizer
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    with torch.device("meta"):
+        model = T.T5ForConditionalGeneration._from_config(T.T5Config(**T5_QUANT), dtype=torch.bfloat16)
+    skip = HfQuantizer.get_modules_to_not_convert(model, None, model._keep_in_fp32_modules)
+    assert "wo" in skip
+    converted = [m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and should_convert_module(n, skip)]
+    rest = sum(p.numel() for p in model.parameters()) - sum(m.weight.numel() for m in converted)
+    expected = sum(m.weight.numel() + 4 * m.out_features for m in converted) + 2 * rest
+    assert _resident(cli, _t5_config(tmp_path), "--weights-dtype", "int8") == expected

@@ -46,6 +46,15 @@ def pattern(cfg: Mapping[str, Any] | None, dtype: str | None) -> re.Pattern[str]
     return re.compile("|".join(p.replace("*", ".*") for p in found)) if found else None
 
 
+def unconverted(cfg: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The class's `_keep_in_fp32_modules` (whatever the dtype), which transformers' quantizers add to the modules they
+    leave unquantised (quantizers/base.py `get_modules_to_not_convert`: bitsandbytes, FineGrainedFP8, MXFP4, AWQ):
+    T5's `wo`, DeepSeek-V4's compressor projections."""
+    table = _table()
+    cls = next((c for c in architectures(cfg) if c in table), None) if cfg else None
+    return tuple(table[cls].get("fp16", ())) if cls else ()
+
+
 def op_param(module: str) -> str:
     """An op template's module ("layers[2].mlp.gate (router)") as the name of its weight ("layers.0.mlp.gate.weight"),
     for `pattern` to search (the planner places each op's bytes)."""

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from ...census.model import Model
 from ...errors import UsageError
 from ...families import get
-from ...families.fp32_table import FP32_KEPT_RULE, op_param
+from ...families.fp32_table import FP32_KEPT_RULE, op_param, unconverted
 from ...families.fp32_table import pattern as fp32_pattern
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
@@ -164,11 +164,14 @@ class Split:
 def quantised(m: Model, plan: Plan) -> tuple[Quant | None, str]:
     """The quantised layout the blocks' linears are planned in: `--weights-dtype`'s, else (inference, weights as
     stored) a bare config's quantization_config's; and a note when that config's method is not modelled."""
+    q: Quant | None
     if plan.weights_dtype in QUANTISED:
-        return Quant(plan.weights_dtype), ""
-    if plan.weights_dtype is None and plan.mode == "inference":
-        return config_quant(m.quantization, m.config_path or m.path, 4 if m.bytes_per_param >= 4 else 2)
-    return None, ""
+        q, note = Quant(plan.weights_dtype), ""
+    elif plan.weights_dtype is None and plan.mode == "inference":
+        q, note = config_quant(m.quantization, m.config_path or m.path, 4 if m.bytes_per_param >= 4 else 2)
+    else:
+        return None, ""
+    return (q and q.leaving(unconverted(m.config))), note
 
 
 def weight_bytes_per_param(m: Model, plan: Plan) -> float:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import UsageError
 
@@ -38,6 +38,9 @@ QUANTISED = {
     "mxfp4": "uint8 blocks of 2 fp4 values + a uint8 E8M0 scale per 32 inputs, the routed experts' weights only "
              "(transformers Mxfp4GptOssExperts, the gpt-oss release)",
 }
+# the layouts whose transformers quantizer leaves the class's _keep_in_fp32_modules unconverted (not GPTQ's, int4's,
+# nor modelopt's or compressed-tensors' packed ones): Quant.skip gains them (families/fp32_table.py unconverted)
+KEEPS_FP32_MODULES = ("int8", "nf4", "fp4", "fp8", "mxfp4", "awq")
 # Layouts only a config's quantization_config names (not --weights-dtype choices), bytes in Quant.bytes()
 CONFIG_LAYOUTS = {
     "gptq": "{bits}-bit codes in int32 words + fp16 scale and {bits}-bit zero per {group} + int32 g_idx (GPTQ, "
@@ -80,6 +83,13 @@ class Quant:
         if ROUTER.search(module) or ROUTER.search(name):
             return False
         return not any(rx.match(name) or name.endswith(k) for k, rx in _skipped(self.skip))
+
+    def leaving(self, modules: tuple[str, ...]) -> Quant:
+        """This layout, leaving `modules` (the class's _keep_in_fp32_modules) unconverted too where its transformers
+        quantizer does (KEEPS_FP32_MODULES)."""
+        if not modules or self.name not in KEEPS_FP32_MODULES:
+            return self
+        return replace(self, skip=tuple(dict.fromkeys(self.skip + modules)))
 
     def bytes(self, fin: int, fout: int) -> float:
         if self.ct is not None:
