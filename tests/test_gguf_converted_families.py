@@ -1,6 +1,7 @@
 """Families on real conversions by llama.cpp's convert_hf_to_gguf.py (fixtures/make_conversions_vocabless.py: the
 0.3.36 converter, its set_vocab stubbed), against transformers 5's models: dense Granite (`granite`, GraniteModel, a
-LlamaModel), and BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose)."""
+LlamaModel), BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose), and Mamba
+(`mamba`, MambaModel, which stores A_log as A = -exp(A_log))."""
 from __future__ import annotations
 
 import json
@@ -122,3 +123,71 @@ def test_only_what_the_converter_drops(tmp_path, cli) -> None:
     r = json.loads(out)
     assert rc == 1 and [(t["a_name"], t["status"]) for t in r["tensors"] if t["status"] not in ("equal", "dropped")] == [
         ("pooler.dense.weight_scale", "removed")]
+
+
+MAMBA, MAMBA_GGUF = os.path.join(HERE, "mamba"), os.path.join(HERE, "mamba.f32.gguf")
+A_LOGS = [f"backbone.layers.{i}.mixer.A_log" for i in range(2)]
+
+
+def _ssm_a(path: str) -> dict[str, np.ndarray]:
+    import gguf
+
+    return {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors if t.name.endswith(".ssm_a")}
+
+
+def test_mamba_conversion_is_the_same_model(cli) -> None:
+    """A = -exp(A_log), as the converter computes it (torch's float32 exp, which numpy's does not match bit for bit),
+    is equal after the replay; before, a faithful Mamba conversion exited 1 with every A_log 'values changed'."""
+    import torch
+
+    hf = load_file(os.path.join(MAMBA, "model.safetensors"))
+    stored = _ssm_a(MAMBA_GGUF)
+    for i, name in enumerate(A_LOGS):   # the fixture is the converter's arithmetic: torch's -exp, bit for bit
+        assert np.array_equal(stored[f"blk.{i}.ssm_a"], (-torch.exp(torch.from_numpy(hf[name]))).numpy())
+    rc, out, err = cli("diff", MAMBA, MAMBA_GGUF, "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] != "equal"]
+    rows = {t["a_name"]: t for t in r["tensors"]}
+    assert set(rows) == set(hf) and all(t["status"] == "equal" for t in rows.values())
+    assert {n for n, t in rows.items() if t.get("transform")} == set(A_LOGS)
+    assert rows[A_LOGS[0]]["transform"] == "llama.cpp's A = -exp(A_log)"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mamba_half_source(dtype, tmp_path, cli) -> None:
+    """A bf16 or f16 model: the converter widens bf16 to float32 before its -exp, and computes a float16 tensor's in
+    float16 (torch), storing A as F32 either way."""
+    import torch
+    from safetensors.torch import load_file as load_torch
+    from safetensors.torch import save_file
+
+    work = tmp_path / "hf"
+    work.mkdir()
+    tensors = {n: t.to(getattr(torch, dtype)) for n, t in load_torch(os.path.join(MAMBA, "model.safetensors")).items()}
+    save_file(tensors, str(work / "model.safetensors"))
+    with open(os.path.join(MAMBA, "config.json")) as f:
+        (work / "config.json").write_text(f.read())
+    def a(x: torch.Tensor) -> np.ndarray:
+        return (-torch.exp(x if x.dtype == torch.float16 else x.float())).float().numpy()
+    dst = str(tmp_path / "mamba.gguf")
+    rewrite(MAMBA_GGUF, dst, {f"blk.{i}.ssm_a": a(tensors[n]) for i, n in enumerate(A_LOGS)})
+    rc, out, _ = cli("diff", str(work), dst, "--json")
+    r = json.loads(out)
+    assert rc == 0, [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
+    assert {t["a_name"] for t in r["tensors"] if t.get("transform")} == set(A_LOGS)
+
+
+def test_mamba_a_wrong_is_a_difference(tmp_path, cli) -> None:
+    """A_log stored as it is (named: llama.cpp reads A), A's sign lost, or one element of A moved by 8 float32 ulps:
+    exit 1 naming that layer's A_log."""
+    hf = load_file(os.path.join(MAMBA, "model.safetensors"))
+    a = _ssm_a(MAMBA_GGUF)["blk.1.ssm_a"]
+    moved = a.copy()
+    moved[3, 5] = np.float32(moved[3, 5] * np.float32(1 + 2.0 ** -20))
+    for name, values in (("as-is", hf[A_LOGS[1]]), ("sign", -a), ("moved", moved)):
+        dst = str(tmp_path / f"{name}.gguf")
+        rewrite(MAMBA_GGUF, dst, {"blk.1.ssm_a": values})
+        rc, out, _ = cli("diff", MAMBA, dst, "--json")
+        bad = [t for t in json.loads(out)["tensors"] if t["status"] != "equal"]
+        assert rc == 1 and [(t["a_name"], t["status"]) for t in bad] == [(A_LOGS[1], "values")], name
+        assert ("untransformed" in bad[0]) == (name == "as-is"), name

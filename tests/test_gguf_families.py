@@ -8,9 +8,9 @@ mapped by gguf-py's TensorNameMap (the converter's own map; a name it cannot map
 every name must map), the converters' tensor rewrites that change names or shapes (routed experts stacked into
 one 3-D tensor per projection, DeepSeek's kv_b_proj split into attn_k_b / attn_v_b, Mamba's conv1d squeezed,
 gpt-oss's fused experts split and transposed), and the metadata the converter writes, through GGUFWriter's add_*
-methods. Values are zeros: the converters' value rewrites (Mamba's A = -exp(A_log), Falcon-40B's qkv row order)
-change no name or shape, but Gemma's norm + 1 is applied (its norms stored as ones: zeros there would be the HF layout,
-which llama.cpp reads wrong and `ckptstat diff` reports).
+methods. Values are zeros: the converters' value rewrites (Falcon-40B's qkv row order) change no name or shape, but Gemma's
+norm + 1 and Mamba's A = -exp(A_log) are applied (its norms stored as ones, Mamba's A as -1: zeros there would be the
+HF layout, which llama.cpp reads wrong and `ckptstat diff` reports).
 
 Then, with no config.json: the summary resolves the family and the model class from the GGUF metadata, its
 unique parameter count is the transformers model's parameters() count, and the analytic model built from the
@@ -395,7 +395,8 @@ def converted(request, tmp_path_factory) -> tuple[Case, torch.nn.Module, str, st
     case.meta(w, model.config)
     for name, shape in _converted(hf, arch, model.config).items():
         plus_one = case.arch.startswith("gemma") and name.endswith("norm.weight")   # GemmaModel: data_torch + 1
-        w.add_tensor(name, (np.ones if plus_one else np.zeros)(shape, dtype=np.float32))
+        neg_exp = case.arch == "mamba" and name.endswith(".ssm_a")   # MambaModel: -torch.exp(data_torch), -1 for 0
+        w.add_tensor(name, (np.ones if plus_one else np.zeros)(shape, dtype=np.float32) - neg_exp)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

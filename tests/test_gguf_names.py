@@ -408,7 +408,7 @@ PAIRS = {   # case: (family, config class, kwargs, model class, the converter's 
 # not replay (values); the HF names left out of the `transform` rows expected
 SPLIT = {"granitemoe": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$",
          "granitemoehybrid": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$",
-         # -exp(A_log), not replayed (as Mamba's)
+         # -exp(A_log), not replayed here (Mamba's is: tests/test_gguf_converted_families.py)
          "qwen3next": r"\.A_log$",
          "qwen35": r"\.A_log$"}
 

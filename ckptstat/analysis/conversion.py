@@ -31,6 +31,7 @@ class Transform:
     label: str
     apply: Callable[[Callable[[], Chunks]], Chunks]
     shape: tuple[int, ...] | None = None   # the transformed tensor's shape where it is not the HF tensor's
+    rtol: float = 0.0   # the replay's own error, relative to the value, where it cannot be the converter's bit for bit
 
 
 def _regroup(chunks: Chunks, size: int, reorder: Callable[[np.ndarray], np.ndarray]) -> Chunks:
@@ -209,6 +210,20 @@ def _plus_one(source: Callable[[], Chunks]) -> Chunks:
 PLUS_ONE = Transform("llama.cpp's norm + 1", _plus_one)
 
 
+def _neg_exp(source: Callable[[], Chunks]) -> Chunks:
+    # as the converter: `-torch.exp(data_torch)` in float16 for a float16 tensor, else in float32 (bf16 widened first);
+    # here in float64, rounded to float16 where the converter's result is float16
+    for x in source():
+        v = -np.exp(x.astype(np.float64))
+        yield v.astype(np.float16) if x.dtype == np.float16 else v
+
+
+# the SSM converters' (MambaModel, Mamba2Model...) A = -exp(A_log). torch's float32 exp is not correctly rounded (up
+# to 2 float32 ulps from numpy's, seen on a real conversion): the replay, exact in float64, is allowed 2**-22 of the
+# value (two ulps) on top of the comparison's tolerance or rounding bound
+NEG_EXP = Transform("llama.cpp's A = -exp(A_log)", _neg_exp, rtol=2.0 ** -22)
+
+
 def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transform | None:
     """The transform `kind` (a family's gguf_transforms) for one tensor of `shape`, or None when the file
     does not say what it needs or the shape does not fit."""
@@ -222,6 +237,8 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
 
     if kind == "plus_one":
         return PLUS_ONE
+    if kind == "neg_exp":
+        return NEG_EXP
     if kind == "rope_q":
         return rope_permutation(count("head_count"), shape, "q")
     def kv_heads() -> int:

@@ -250,7 +250,10 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
     close = True
     xs = _transposed(a, na, chunk_bytes) if transposed == "a" else a.iter_chunks(na, chunk_bytes)
     ys = _transposed(b, nb, chunk_bytes) if transposed == "b" else b.iter_chunks(nb, chunk_bytes)
+    slack = 0.0   # the replay's own relative error (Transform.rtol), allowed on top of the tolerance and the bound
     if transform is not None:   # the HF side, opened afresh for each pass the transform makes
+        slack = transform[1].rtol
+        rtol += slack
         if transform[0] == "a":
             xs = transform[1].apply(lambda: a.iter_chunks(na, chunk_bytes))
         else:
@@ -282,6 +285,8 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 close = chunk_max <= atol if rtol == 0 else bool(np.all(d <= atol + rtol * np.abs(yf)))
             if rounded and bound_of is not None:
                 bound = bound_of(xf, yf) if narrow_b else bound_of(yf, xf)
+                if slack:
+                    bound = bound + slack * np.abs(xf if narrow_b else yf)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     share = np.where(d == 0, 0.0, d / bound)
                 use = max(use, float(np.max(share)))

@@ -71,8 +71,8 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, state_size=8, conv_kernel=3, 
 
 FAMILY = Family(
     name="mamba",
-    # llama.cpp's converter stores ssm_a = -exp(A_log) and squeezes conv1d's [i, 1, k] to [i, k]: names align (diff
-    # compares the squeezed shapes), A's values differ
+    # llama.cpp's converter stores ssm_a = -exp(A_log) (replayed by diff: gguf_transforms) and squeezes conv1d's
+    # [i, 1, k] to [i, k] (names align; diff compares the squeezed shapes)
     **{**layout.family_fields({"mamba": MAMBA, "falcon_mamba": FALCON_MAMBA}, "ssm_x"),
        "from_config": from_config, "from_tensors": from_tensors,
        # MambaForCausalLM nests the model under `backbone.` (MambaModel does not): that shows a tied, dropped lm_head
@@ -80,6 +80,7 @@ FAMILY = Family(
        # MambaForCausalLM._tied_weights_keys
        "tie_rules": (TieRule("lm_head.weight", "backbone.embeddings.weight", "config", heads=("lm",)),)},
     gguf_config=gguf_config,
+    gguf_transforms=(("mamba", r"(^|\.)A_log$", "neg_exp"),),
     samples=(
         # a tied lm_head is not stored: the `backbone.` prefix tells a tied MambaForCausalLM from MambaModel
         Sample("MambaConfig", _SIZES, ("MambaForCausalLM", "MambaModel")),
