@@ -352,6 +352,37 @@ def test_nonfinite_mismatch_is_named_in_every_table(tmp_path, cli, monkeypatch) 
         assert rc == 1 and want in (tmp_path / f"d.{fmt}").read_text()
 
 
+def test_a_bf16_value_beyond_float16_cast_to_f16_is_named(tmp_path, cli, monkeypatch) -> None:
+    """A bf16 model converted to an f16 GGUF (convert_hf_to_gguf.py --outtype f16 casts with torch) whose values
+    beyond float16's range became inf: was 'dtype changed, BF16 -> F16' with max |a-b| 0 and nothing else in the text,
+    markdown and HTML tables (the JSON's nonfinite_mismatch said 2). Oracle: torch's cast, numpy's isinf."""
+    import gguf
+
+    monkeypatch.setenv("COLUMNS", "200")
+    w = (torch.linspace(-1, 1, 64) * 0.1).to(torch.bfloat16).reshape(8, 8)
+    w[0, 0], w[3, 4], w[5, 5] = 1e5, -70000.0, 60000.0   # two beyond float16's 65504, one within
+    half = w.to(torch.float16).numpy()
+    n = int(np.isinf(half).sum())
+    assert n == 2
+    hf = str(tmp_path / "a.safetensors")
+    save_file({"w": w}, hf)
+    out = str(tmp_path / "b.gguf")
+    g = gguf.GGUFWriter(out, "llama")
+    g.add_tensor("w", half)
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+    want = f"BF16 -> F16; {n} NaN/Inf facing another value"
+    rc, text, _ = cli("diff", hf, out)
+    assert rc == 1 and want in text
+    rc, js, _ = cli("diff", hf, out, "--json")
+    assert rc == 1 and [(t["status"], t["nonfinite_mismatch"]) for t in json.loads(js)["tensors"]] == [("dtype", n)]
+    for fmt in ("md", "html"):
+        rc, _, _ = cli("diff", hf, out, "--format", fmt, "-o", str(tmp_path / f"d.{fmt}"))
+        assert rc == 1 and f"F16; {n} NaN/Inf facing another value" in (tmp_path / f"d.{fmt}").read_text()
+
+
 def test_a_wrappers_text_model_nested_either_way_is_the_same(tmp_path) -> None:
     """A multimodal wrapper's text model as transformers 5 saves it (model.language_model.*, lm_head on top: the
     Qwen3-VL-MoE fixture's source) and as transformers 4 and mlx_lm nest it (language_model.model.*,

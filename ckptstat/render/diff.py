@@ -24,17 +24,18 @@ _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dty
 
 def _what(row: dict) -> str:
     after = f"after {row['transform']}" if row.get("transform") else ""
+    # a NaN or an infinity facing another value (a bf16 value beyond float16's range cast to f16): out of max |a-b|
+    bad = f"{row['nonfinite_mismatch']:,} NaN/Inf facing another value" if row.get("nonfinite_mismatch") else ""
     if row["status"] == "shape":
         return f"{row['a_shape']} -> {row['b_shape']}"
     if row["status"] in ("dtype", "converted"):
         rounded = (f", within {row['rounded_to']} rounding ({row['bound_used']:.0%} of its bound)"
                    if row.get("rounded_to") else "")
-        return f"{row['a_dtype']} -> {row['b_dtype']}{rounded}" + (f"; {after}" if after else "")
+        return "; ".join(x for x in (f"{row['a_dtype']} -> {row['b_dtype']}{rounded}", bad, after) if x)
     if row.get("untransformed"):   # the HF layout stored where llama.cpp reads only its converter's
         return row["untransformed"]
-    if row["status"] in ("equal", "values"):   # a NaN or an infinity facing another value: left out of max |a-b|
-        bad = row.get("nonfinite_mismatch")
-        return "; ".join(x for x in (f"{bad:,} NaN/Inf facing another value" if bad else "", after) if x)
+    if row["status"] in ("equal", "values"):
+        return "; ".join(x for x in (bad, after) if x)
     if row["status"] == "tied":
         return f"= {row['tied_to']}"
     if row["status"] in ("added", "removed", "dropped"):
