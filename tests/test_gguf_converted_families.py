@@ -1,7 +1,7 @@
 """Families on real conversions by llama.cpp's convert_hf_to_gguf.py (fixtures/make_conversions_vocabless.py: the
 0.3.36 converter, its set_vocab stubbed), against transformers 5's models: dense Granite (`granite`, GraniteModel, a
 LlamaModel), BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose), and Mamba
-(`mamba`, MambaModel, which stores A_log as A = -exp(A_log))."""
+(`mamba`, MambaModel; `mamba2`, Mamba2Model: they store A_log as A = -exp(A_log))."""
 from __future__ import annotations
 
 import json
@@ -125,8 +125,9 @@ def test_only_what_the_converter_drops(tmp_path, cli) -> None:
         ("pooler.dense.weight_scale", "removed")]
 
 
-MAMBA, MAMBA_GGUF = os.path.join(HERE, "mamba"), os.path.join(HERE, "mamba.f32.gguf")
+
 A_LOGS = [f"backbone.layers.{i}.mixer.A_log" for i in range(2)]
+SSM = ["mamba", "mamba2"]   # MambaModel: A_log [i, N] -> ssm_a [i, N]; Mamba2Model: A_log [h] -> ssm_a [h, 1]
 
 
 def _ssm_a(path: str) -> dict[str, np.ndarray]:
@@ -135,16 +136,19 @@ def _ssm_a(path: str) -> dict[str, np.ndarray]:
     return {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors if t.name.endswith(".ssm_a")}
 
 
-def test_mamba_conversion_is_the_same_model(cli) -> None:
+@pytest.mark.parametrize("model", SSM)
+def test_mamba_conversion_is_the_same_model(model, cli) -> None:
     """A = -exp(A_log), as the converter computes it (torch's float32 exp, which numpy's does not match bit for bit),
-    is equal after the replay; before, a faithful Mamba conversion exited 1 with every A_log 'values changed'."""
+    is equal after the replay; before, a faithful Mamba or Mamba 2 conversion exited 1 with every A_log 'values
+    changed'."""
     import torch
 
-    hf = load_file(os.path.join(MAMBA, "model.safetensors"))
-    stored = _ssm_a(MAMBA_GGUF)
+    hf = load_file(os.path.join(HERE, model, "model.safetensors"))
+    stored = _ssm_a(os.path.join(HERE, f"{model}.f32.gguf"))
     for i, name in enumerate(A_LOGS):   # the fixture is the converter's arithmetic: torch's -exp, bit for bit
-        assert np.array_equal(stored[f"blk.{i}.ssm_a"], (-torch.exp(torch.from_numpy(hf[name]))).numpy())
-    rc, out, err = cli("diff", MAMBA, MAMBA_GGUF, "--json")
+        a = stored[f"blk.{i}.ssm_a"]
+        assert np.array_equal(a, (-torch.exp(torch.from_numpy(hf[name]))).numpy().reshape(a.shape))
+    rc, out, err = cli("diff", os.path.join(HERE, model), os.path.join(HERE, f"{model}.f32.gguf"), "--json")
     r = json.loads(out)
     assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] != "equal"]
     rows = {t["a_name"]: t for t in r["tensors"]}
@@ -153,8 +157,9 @@ def test_mamba_conversion_is_the_same_model(cli) -> None:
     assert rows[A_LOGS[0]]["transform"] == "llama.cpp's A = -exp(A_log)"
 
 
+@pytest.mark.parametrize("model", SSM)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_mamba_half_source(dtype, tmp_path, cli) -> None:
+def test_mamba_half_source(model, dtype, tmp_path, cli) -> None:
     """A bf16 or f16 model: the converter widens bf16 to float32 before its -exp, and computes a float16 tensor's in
     float16 (torch), storing A as F32 either way."""
     import torch
@@ -163,31 +168,36 @@ def test_mamba_half_source(dtype, tmp_path, cli) -> None:
 
     work = tmp_path / "hf"
     work.mkdir()
-    tensors = {n: t.to(getattr(torch, dtype)) for n, t in load_torch(os.path.join(MAMBA, "model.safetensors")).items()}
+    tensors = {n: t.to(getattr(torch, dtype)) for n, t in load_torch(os.path.join(HERE, model, "model.safetensors")).items()}
     save_file(tensors, str(work / "model.safetensors"))
-    with open(os.path.join(MAMBA, "config.json")) as f:
+    with open(os.path.join(HERE, model, "config.json")) as f:
         (work / "config.json").write_text(f.read())
-    def a(x: torch.Tensor) -> np.ndarray:
-        return (-torch.exp(x if x.dtype == torch.float16 else x.float())).float().numpy()
+    src = os.path.join(HERE, f"{model}.f32.gguf")
+    shapes = {n: a.shape for n, a in _ssm_a(src).items()}
+
+    def a(x: torch.Tensor, shape: tuple[int, ...]) -> np.ndarray:
+        return (-torch.exp(x if x.dtype == torch.float16 else x.float())).float().numpy().reshape(shape)
     dst = str(tmp_path / "mamba.gguf")
-    rewrite(MAMBA_GGUF, dst, {f"blk.{i}.ssm_a": a(tensors[n]) for i, n in enumerate(A_LOGS)})
+    rewrite(src, dst, {f"blk.{i}.ssm_a": a(tensors[n], shapes[f"blk.{i}.ssm_a"]) for i, n in enumerate(A_LOGS)})
     rc, out, _ = cli("diff", str(work), dst, "--json")
     r = json.loads(out)
     assert rc == 0, [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
     assert {t["a_name"] for t in r["tensors"] if t.get("transform")} == set(A_LOGS)
 
 
-def test_mamba_a_wrong_is_a_difference(tmp_path, cli) -> None:
+@pytest.mark.parametrize("model", SSM)
+def test_mamba_a_wrong_is_a_difference(model, tmp_path, cli) -> None:
     """A_log stored as it is (named: llama.cpp reads A), A's sign lost, or one element of A moved by 8 float32 ulps:
     exit 1 naming that layer's A_log."""
-    hf = load_file(os.path.join(MAMBA, "model.safetensors"))
-    a = _ssm_a(MAMBA_GGUF)["blk.1.ssm_a"]
-    moved = a.copy()
-    moved[3, 5] = np.float32(moved[3, 5] * np.float32(1 + 2.0 ** -20))
-    for name, values in (("as-is", hf[A_LOGS[1]]), ("sign", -a), ("moved", moved)):
+    hf = load_file(os.path.join(HERE, model, "model.safetensors"))
+    src = os.path.join(HERE, f"{model}.f32.gguf")
+    a = _ssm_a(src)["blk.1.ssm_a"]
+    moved = a.copy().reshape(-1)
+    moved[5] = np.float32(moved[5] * np.float32(1 + 2.0 ** -20))
+    for name, values in (("as-is", hf[A_LOGS[1]].reshape(a.shape)), ("sign", -a), ("moved", moved.reshape(a.shape))):
         dst = str(tmp_path / f"{name}.gguf")
-        rewrite(MAMBA_GGUF, dst, {"blk.1.ssm_a": values})
-        rc, out, _ = cli("diff", MAMBA, dst, "--json")
+        rewrite(src, dst, {"blk.1.ssm_a": values})
+        rc, out, _ = cli("diff", os.path.join(HERE, model), dst, "--json")
         bad = [t for t in json.loads(out)["tensors"] if t["status"] != "equal"]
         assert rc == 1 and [(t["a_name"], t["status"]) for t in bad] == [(A_LOGS[1], "values")], name
         assert ("untransformed" in bad[0]) == (name == "as-is"), name

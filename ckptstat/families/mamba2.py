@@ -51,6 +51,8 @@ FAMILY = Family(
        "cache_heads": lambda s: s.ssm.heads if s.ssm else 0},
     # NemotronH's files hold Mamba2 mixers at backbone.layers.N.mixer too, beside attention, MLP and MoE mixers
     signature_without=r"(^|[./])mixer[./](q_proj|up_proj|experts|gate)[./]",
+    # Mamba2Model's converter stores A_log [h] as A = -exp(A_log) [h, 1] (ssm_a): replayed by diff
+    gguf_transforms=(("mamba2", r"(^|\.)A_log$", "neg_exp"),),
     samples=(
         # the sequence 8 fills two chunks of 4 and 16 four; 2 groups of B and C over 8 heads
         Sample("Mamba2Config", _SIZES, ("Mamba2ForCausalLM", "Mamba2Model")),
