@@ -1,7 +1,8 @@
 """Families on real conversions by llama.cpp's convert_hf_to_gguf.py (fixtures/make_conversions_vocabless.py: the
 0.3.36 converter, its set_vocab stubbed), against transformers 5's models: dense Granite (`granite`, GraniteModel, a
-LlamaModel), BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose), and Mamba
-(`mamba`, MambaModel; `mamba2`, Mamba2Model: they store A_log as A = -exp(A_log))."""
+LlamaModel), BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose), Mamba
+(`mamba`, MambaModel; `mamba2`, Mamba2Model: they store A_log as A = -exp(A_log)), and Ernie 4.5 MoE
+(`ernie4_5_moe`, whose router bias, an nn.Parameter, llama.cpp names as DeepSeek-V3's buffer)."""
 from __future__ import annotations
 
 import json
@@ -201,3 +202,54 @@ def test_mamba_a_wrong_is_a_difference(model, tmp_path, cli) -> None:
         bad = [t for t in json.loads(out)["tensors"] if t["status"] != "equal"]
         assert rc == 1 and [(t["a_name"], t["status"]) for t in bad] == [(A_LOGS[1], "values")], name
         assert ("untransformed" in bad[0]) == (name == "as-is"), name
+
+
+ERNIE, ERNIE_GGUF = os.path.join(HERE, "ernie4_5_moe"), os.path.join(HERE, "ernie4_5_moe.f32.gguf")
+
+
+def test_ernie_moe_router_bias_is_a_parameter(cli) -> None:
+    """Ernie 4.5 MoE keeps moe_statics.e_score_correction_bias as an nn.Parameter, which the converter writes as
+    exp_probs_b.bias, llama.cpp's name for DeepSeek-V3's router buffer: read as a buffer, the GGUF side counted 4
+    parameters fewer than the HF side and transformers, and the faithful conversion exited 1 (module
+    layers.1.mlp.moe_statics 4 -> -). Oracle: transformers' parameters() of the config's model."""
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(ERNIE)
+    with torch.device("meta"):
+        model = transformers.Ernie4_5_MoeForCausalLM(config)
+    want = sum(p.numel() for p in model.parameters())
+    assert any(n.endswith("e_score_correction_bias") for n, _ in model.named_parameters())
+    r = summarize(open_checkpoint(ERNIE_GGUF))
+    assert r["architecture"]["family"] == "ernie4_5_moe" and r["parameters"]["unique"] == want
+    assert r["analytic"]["predicted_params"] == want
+    rc, out, err = cli("diff", ERNIE, ERNIE_GGUF, "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["same"] is True and err == "" and d["a_params"] == d["b_params"] == want
+    assert all(t["status"] == "equal" for t in d["tensors"]) and not [row for row in d["rows"] if row["delta"]]
+
+
+def test_deepseek_router_bias_stays_a_buffer(tmp_path) -> None:
+    """DeepSeek-V3's e_score_correction_bias is a buffer (nn.Buffer): its exp_probs_b.bias is still left out of the
+    count."""
+    import gguf
+    import transformers
+
+    config = transformers.DeepseekV3Config(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                           n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                                           kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4,
+                                           v_head_dim=8, first_k_dense_replace=1, n_group=1, topk_group=1)
+    model = transformers.DeepseekV3ForCausalLM(config)
+    assert "model.layers.1.mlp.gate.e_score_correction_bias" in dict(model.named_buffers())
+    w = gguf.GGUFWriter(str(tmp_path / "d.gguf"), "deepseek2")
+    w.add_block_count(2)
+    w.add_tensor("blk.1.exp_probs_b.bias", np.zeros(4, dtype=np.float32))
+    w.add_tensor("blk.1.ffn_gate_inp.weight", np.zeros((4, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = summarize(open_checkpoint(str(tmp_path / "d.gguf")))
+    assert r["parameters"]["unique"] == 128
+    assert [(x["role"], x["names"]) for x in r["non_parameters"]] == [("buffer", ["blk.1.exp_probs_b.bias"])]

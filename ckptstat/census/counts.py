@@ -10,7 +10,7 @@ import re
 from ..core import Checkpoint, TensorInfo
 from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
-from ..naming import Placement, classify_columns, name_forms
+from ..naming import Placement, classify_columns, name_forms, role_of
 from .diffusion import GATES, Layout, layout
 from .diffusion import is_buffer as diffusion_buffer
 from .diffusion_dit import GATES as DIT_GATES
@@ -44,12 +44,35 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
     if buffer is not None:
         out.update({n: Placement(p.bucket, p.layer, "buffer") for n, p in out.items()
                     if p.role == "parameter" and buffer(n)})
+    if ckpt.format == "gguf":
+        out.update(_gguf_parameters(ckpt, out))
     # what the file says a tensor is (formats/torch/pt2.py: buffers and constants)
     out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in ckpt.roles.items()
                 if n in out and out[n].role == "parameter"})
     # the pieces of quantised weights: packed weight, scale, zero point... (census/quant/)
     out.update({n: Placement(out[n].bucket, out[n].layer, role) for n, role in quant_roles(ckpt).items()})
     return out
+
+
+def _gguf_parameters(ckpt: Checkpoint, out: dict[str, Placement]) -> dict[str, Placement]:
+    """A GGUF tensor the name rules read as a buffer whose HF tensor (its family's gguf_tensor_names) they read as a
+    parameter: a parameter. llama.cpp's exp_probs_b.bias is DeepSeek-V3's router buffer e_score_correction_bias, but
+    Ernie 4.5 MoE's moe_statics.e_score_correction_bias, an nn.Parameter transformers' parameters() counts."""
+    buffers = [n for n, p in out.items() if p.role == "buffer"]
+    arch = (ckpt.metadata or {}).get("general.architecture") if buffers else None
+    from ..families import by_gguf  # (the registry loads only for a GGUF file holding buffers)
+
+    family = by_gguf(arch, ckpt.metadata) if arch else None
+    if family is None:
+        return {}
+    found: dict[str, Placement] = {}
+    for hf, gg in family.gguf_tensor_table(arch or "", ckpt.tensors.keys()):
+        rx = re.compile("^" + re.escape(gg).replace(re.escape("{bid}"), r"(\d+)") + r"(\.weight|\.bias|)$")
+        for n in buffers:
+            if (m := rx.match(n)) and role_of(hf.replace("{bid}", m[1] if rx.groups > 1 else "") + m[rx.groups],
+                                              ckpt.tensors[n].dtype, ckpt.tensors[n].shape) == "parameter":
+                found[n] = Placement(out[n].bucket, out[n].layer, "parameter")
+    return found
 
 
 def aliases(ckpt: Checkpoint) -> dict[str, str]:
