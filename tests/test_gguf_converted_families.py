@@ -1,8 +1,9 @@
 """Families on real conversions by llama.cpp's convert_hf_to_gguf.py (fixtures/make_conversions_vocabless.py: the
 0.3.36 converter, its set_vocab stubbed), against transformers 5's models: dense Granite (`granite`, GraniteModel, a
 LlamaModel), BERT (`bert`, BertModel, whose converter drops the pooler and the MLM / NSP heads on purpose), Mamba
-(`mamba`, MambaModel; `mamba2`, Mamba2Model: they store A_log as A = -exp(A_log)), and Ernie 4.5 MoE
-(`ernie4_5_moe`, whose router bias, an nn.Parameter, llama.cpp names as DeepSeek-V3's buffer)."""
+(`mamba`, MambaModel; `mamba2`, Mamba2Model: they store A_log as A = -exp(A_log)), Ernie 4.5 MoE (`ernie4_5_moe`,
+whose router bias, an nn.Parameter, llama.cpp names as DeepSeek-V3's buffer), and DeepSeek-V3 (`deepseek2`,
+DeepseekV2Model, which splits kv_b_proj per head into attn_k_b and attn_v_b)."""
 from __future__ import annotations
 
 import json
@@ -253,3 +254,51 @@ def test_deepseek_router_bias_stays_a_buffer(tmp_path) -> None:
     r = summarize(open_checkpoint(str(tmp_path / "d.gguf")))
     assert r["parameters"]["unique"] == 128
     assert [(x["role"], x["names"]) for x in r["non_parameters"]] == [("buffer", ["blk.1.exp_probs_b.bias"])]
+
+
+DEEPSEEK, DEEPSEEK_GGUF = os.path.join(HERE, "deepseek_v3"), os.path.join(HERE, "deepseek_v3.f32.gguf")
+KV_B = [f"model.layers.{i}.self_attn.kv_b_proj.weight" for i in range(2)]
+
+
+def test_deepseek_kv_b_split_is_read_joined(cli) -> None:
+    """The converter splits each kv_b_proj per head into attn_k_b (its k_nope rows, transposed) and attn_v_b: read
+    joined back, a faithful conversion exits 0, either side first. Before, every kv_b_proj was removed and its halves
+    added (exit 1). Oracle: the halves are torch's view / split / transpose of the HF tensor, bit for bit."""
+    import gguf
+    import torch
+
+    hf = load_file(os.path.join(DEEPSEEK, "model.safetensors"))
+    stored = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(DEEPSEEK_GGUF).tensors}
+    for i, name in enumerate(KV_B):
+        kv = torch.from_numpy(hf[name]).view(4, 4 + 8, 16)
+        k, v = torch.split(kv, [4, 8], dim=1)
+        assert np.array_equal(stored[f"blk.{i}.attn_k_b.weight"], k.transpose(1, 2).numpy())
+        assert np.array_equal(stored[f"blk.{i}.attn_v_b.weight"], v.numpy())
+    for a, b, side in ((DEEPSEEK, DEEPSEEK_GGUF, "b_name"), (DEEPSEEK_GGUF, DEEPSEEK, "a_name")):
+        rc, out, err = cli("diff", a, b, "--json")
+        r = json.loads(out)
+        assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] != "equal"]
+        assert all(t["status"] == "equal" for t in r["tensors"]) and not r["rows"]
+        rows = {t["name"].rpartition("layers.")[2]: t for t in r["tensors"] if t.get("transform")}
+        assert sorted(rows) == [f"{i}.self_attn.kv_b_proj.weight" for i in range(2)]
+        assert rows["1.self_attn.kv_b_proj.weight"][side] == "blk.1.attn_k_b.weight + blk.1.attn_v_b.weight"
+
+
+def test_deepseek_kv_b_halves_wrong_are_a_difference(tmp_path, cli) -> None:
+    """One element of attn_v_b moved, attn_k_b's heads in another order, or attn_k_b stored untransposed ([heads,
+    nope, rank], which no longer rebuilds kv_b_proj): exit 1 naming that layer's kv_b_proj (or its halves)."""
+    hf = load_file(os.path.join(DEEPSEEK, "model.safetensors"))
+    kv = hf[KV_B[1]].reshape(4, 12, 16)
+    k, v = kv[:, :4].transpose(0, 2, 1), kv[:, 4:]
+    moved = v.copy()
+    moved[2, 3, 5] += np.float32(1e-3)
+    for name, values, bad in (("v", {"blk.1.attn_v_b.weight": moved}, [(KV_B[1], "values")]),
+                              ("heads", {"blk.1.attn_k_b.weight": np.roll(k, 1, axis=0)}, [(KV_B[1], "values")]),
+                              ("untransposed", {"blk.1.attn_k_b.weight": kv[:, :4]},
+                               [("blk.1.attn_k_b.weight", "added"), ("blk.1.attn_v_b.weight", "added"),
+                                (KV_B[1], "removed")])):
+        dst = str(tmp_path / f"{name}.gguf")
+        rewrite(DEEPSEEK_GGUF, dst, values)
+        rc, out, _ = cli("diff", DEEPSEEK, dst, "--json")
+        off = [(t["a_name"] or t["b_name"], t["status"]) for t in json.loads(out)["tensors"] if t["status"] != "equal"]
+        assert rc == 1 and sorted(off) == sorted(bad), name

@@ -208,7 +208,6 @@ def _mamba(w: Any, c: Any) -> None:
 
 
 # ------------------------------------------------------------------ the cases
-KV_B_SPLIT = r"kv_b_proj\.weight$|\.attn_[kv]_b\.weight$"   # DeepSeek's kv_b_proj: split into attn_k_b, attn_v_b
 # gpt-oss's fused experts: gate_up split into gate / up stacks, the weights transposed (down_proj_bias aligns)
 EXPERTS_SPLIT = r"experts\.(gate_up_proj(_bias)?|down_proj)$|\.ffn_(gate|up)_exps\.(weight|bias)$|\.ffn_down_exps\.weight$"
 
@@ -265,15 +264,13 @@ CASES = {
     "t5-v1.1": Case("t5", 2, "T5ForConditionalGeneration", "t5", _t5),
     "t5encoder": Case("t5", 2, "T5EncoderModel", "t5encoder", _t5, head="encoder-only"),
     # llama.cpp's qwen2moe/qwen3moe have no dense-MLP tensors: a model with mlp_only_layers does not convert
-    # (their stacked experts, blk.N.ffn_*_exps, line up slice by slice with the HF experts: analysis/diff.py)
+    # (their stacked experts, blk.N.ffn_*_exps, line up slice by slice with the HF experts: analysis/diff.py; DeepSeek's
+    # attn_k_b / attn_v_b are read joined as the kv_b_proj they were split from: analysis/conversion_mla.py)
     "qwen2moe": Case("qwen_moe", 0, "Qwen2MoeForCausalLM", "qwen2moe", _qwen_moe, changes=dict(mlp_only_layers=[])),
     "qwen3moe": Case("qwen_moe", 2, "Qwen3MoeForCausalLM", "qwen3moe", _qwen_moe, changes=dict(mlp_only_layers=[])),
-    "deepseek-v2": Case("deepseek", 0, "DeepseekV2ForCausalLM", "deepseek2", _deepseek,
-                        unaligned=KV_B_SPLIT),
-    "deepseek-v2-lite": Case("deepseek", 1, "DeepseekV2ForCausalLM", "deepseek2", _deepseek,
-                             unaligned=KV_B_SPLIT),
-    "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
-                        unaligned=KV_B_SPLIT),
+    "deepseek-v2": Case("deepseek", 0, "DeepseekV2ForCausalLM", "deepseek2", _deepseek),
+    "deepseek-v2-lite": Case("deepseek", 1, "DeepseekV2ForCausalLM", "deepseek2", _deepseek),
+    "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek),
     "phi2": Case("phi", 0, "PhiForCausalLM", "phi2", _phi2),
     "phi2-tied": Case("phi", 0, "PhiForCausalLM", "phi2", _phi2, changes=dict(tie_word_embeddings=True)),
     "gptneox": Case("gptneox", 0, "GPTNeoXForCausalLM", "gptneox", _gptneox),

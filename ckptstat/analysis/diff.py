@@ -36,6 +36,8 @@ from .conversion import (
     transform_for,
     whole_blocks,
 )
+from .conversion_mla import RULE as MLA_RULE
+from .conversion_mla import joined as mla_joined
 from .conversion_mlx import mlx_side
 from .conversion_mlx import undone as mlx_undone
 from .conversion_mlx import view as mlx_view
@@ -524,7 +526,9 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     if (a.format == "gguf") != (b.format == "gguf"):   # one side llama.cpp: its names mapped to HF's first
         builtin = gguf_rules(a if a.format == "gguf" else b)
         if builtin:
-            (ra if a.format == "gguf" else rb)[:0] = builtin[1]
+            (ra if a.format == "gguf" else rb)[:0] = [MLA_RULE, *builtin[1]]
+            # DeepSeek's kv_b_proj, split per head by the converter: read joined back
+            a, b = (mla_joined(a), b) if a.format == "gguf" else (a, mla_joined(b))
             # llama.cpp's stacked experts, slice by slice where the HF side holds each expert
             if a.format == "gguf":
                 a = _unstacked(a, ra, align(b, rb)[0].__contains__)
