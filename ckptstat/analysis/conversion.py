@@ -290,6 +290,64 @@ def gguf_converter(gguf: Checkpoint) -> tuple[list[tuple[re.Pattern[str], str]],
             [re.compile(rx) for a, rx in family.gguf_dropped if a == arch])
 
 
+def _rope_parameters(cfg: dict) -> dict:
+    """config.json's rope parameters as the converter reads them (ModelBase: `rope_parameters`, else transformers 4's
+    `rope_scaling`, the top-level rope_theta and a `type` mirrored in; a per-layer-type dict's full_attention's)."""
+    p = cfg.get("rope_parameters", cfg.get("rope_scaling")) or {}
+    p = p.get("full_attention", p) if isinstance(p, dict) else {}
+    if not isinstance(p, dict):
+        return {}
+    return {"rope_theta": cfg.get("rope_theta", 10000.0), "rope_type": p.get("type", ""), **p}
+
+
+def _llama3_factors(cfg: dict, p: dict) -> np.ndarray | None:
+    """LlamaModel.generate_extra_tensors (conversion/llama.py): per rotary frequency of a head, 1 for the short
+    wavelengths, `factor` for the long ones, interpolated between (Llama 3.1's rope_type llama3)."""
+    dim = cfg.get("head_dim") or (cfg.get("hidden_size", 0) // max(1, cfg.get("num_attention_heads", 1)))
+    if not isinstance(dim, int) or dim <= 0:
+        return None
+    freqs = (1.0 / (np.float32(p.get("rope_theta", 10000.0)) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))))
+    factor, low, high = p.get("factor", 8.0), p.get("low_freq_factor", 1.0), p.get("high_freq_factor", 4.0)
+    old = p.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs.astype(np.float64):
+        wavelen = 2 * np.pi / freq
+        smooth = (old / wavelen - low) / (high - low) if high != low else 0.0
+        out.append(1.0 if wavelen < old / high else factor if wavelen > old / low else 1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float64)
+
+
+def _generated_values(name: str, cfg: dict) -> tuple[np.ndarray, str] | None:
+    """The values llama.cpp's converter writes, from config.json, for a GGUF tensor no HF tensor stands for
+    (generate_extra_tensors), and what they are from; None for another name or a config that calls for none."""
+    p = _rope_parameters(cfg)
+    kind = str(p.get("rope_type", "")).lower()
+    if name == "rope_freqs.weight" and kind == "llama3":
+        v = _llama3_factors(cfg, p)
+        return (v, "rope_parameters (llama3)") if v is not None else None
+    key = {"rope_factors_long.weight": "long_factor", "rope_factors_short.weight": "short_factor"}.get(name)
+    if key and kind in ("longrope", "su") and isinstance(p.get(key), list):   # Phi3MiniModel (conversion/phi.py)
+        try:
+            return np.array(p[key], dtype=np.float64), f"rope_parameters' {key}"
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def generated(gguf: Checkpoint, hf: Checkpoint, name: str) -> str | None:
+    """Why GGUF tensor `name`, which no HF tensor stands for, is no difference: llama.cpp's converter computes it from
+    config.json (Llama 3's rope_freqs, Phi-3's long-context rope_factors_long / _short), and the file holds the values
+    the HF side's config gives (float32 arithmetic: within 2^-20 of each); else None (an added tensor)."""
+    found = _generated_values(name, hf.config or {})
+    t = gguf.tensors.get(name)
+    if found is None or t is None or t.numel != found[0].size or t.numel > 1 << 20:
+        return None
+    got = np.concatenate([np.asarray(c, dtype=np.float64).reshape(-1) for c in gguf.iter_chunks(name)])
+    if not np.all(np.abs(got - found[0]) <= np.abs(found[0]) * 2.0 ** -20):
+        return None
+    return f"computed by llama.cpp's converter from config.json's {found[1]}"
+
+
 # ------------------------------------------------------------------------------------------ rounding
 MAX_EXPERTS = 1 << 16   # a stack with more slices than this stays whole (hostile headers: no loop on a claim)
 # half an ulp of a float dtype: relative, and its floor (half the smallest subnormal)

@@ -31,6 +31,7 @@ from .conversion import (
     column_blocks,
     conversion_row,
     converts,
+    generated,
     gguf_converter,
     rounding,
     transform_for,
@@ -46,10 +47,11 @@ DIFF_SCHEMA = "ckptstat.diff/4"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
                   "not dtypes nor values")
 COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
-STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal", "tied", "dropped")
+STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal", "tied", "dropped", "generated")
 # statuses that are no difference ("unread": --names-only; "converted": another dtype, the values rounded to it;
-# "dropped": an HF tensor llama.cpp's converter leaves out of that architecture's GGUF file on purpose)
-UNCHANGED = ("equal", "converted", "tied", "unread", "dropped")
+# "dropped": an HF tensor llama.cpp's converter leaves out of that architecture's GGUF file on purpose; "generated": a
+# GGUF tensor it computes from config.json, holding the values the HF side's config gives)
+UNCHANGED = ("equal", "converted", "tied", "unread", "dropped", "generated")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 # a multimodal wrapper's text model as transformers 4 and mlx_lm nest it, keyed as transformers 5 does
 # (model.language_model.*, lm_head at the top): the Qwen3-VL releases against mlx_lm's conversion, a transformers 4
@@ -365,6 +367,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 row["tied_to"] = target
             elif (a if ta is None else b) is gguf and any(rx.search(na or nb or "") for rx in dropped):
                 row["status"] = "dropped"   # the HF tensor the converter leaves out by design (Family.gguf_dropped)
+            elif (b if ta is None else a) is gguf and (why := generated(gguf, a if b is gguf else b, na or nb or "")):
+                row["status"], row["generated"] = "generated", why   # computed from config.json: Llama 3's rope_freqs
         elif ta.shape != tb.shape and not transposed and not reshaped and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
         elif (names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind)   # strings: no values
