@@ -374,3 +374,43 @@ def test_rope_tables_not_the_configs_are_added(tmp_path, cli) -> None:
     rc, out, _ = cli("diff", os.path.join(HERE, "phi3-long"), dst, "--json")
     off = [(t["b_name"], t["status"]) for t in json.loads(out)["tensors"] if t["status"] not in ("equal", "generated")]
     assert rc == 1 and off == [("rope_factors_long.weight", "added")]
+
+
+GEMMA3_CUT, GEMMA3_CUT_GGUF = os.path.join(HERE, "gemma3-cut"), os.path.join(HERE, "gemma3-cut.f32.gguf")
+
+
+def test_gemma3_vocabulary_cut_is_replayed(cli) -> None:
+    """Gemma 3's converter cuts embed_tokens to its tokenizer's tokens (60 of 64 rows here, 262,144 of 262,208 in the
+    releases): compared over the rows kept, the rows cut left out of the count (the module row's `dropped`). Before,
+    every Gemma 3 conversion whose config has more rows than its tokenizer exited 1 ('shape'). Oracle: the file's
+    token_embd is the HF tensor's first 60 rows (gguf-py's reader), its token list 60 long."""
+    import gguf
+
+    hf = load_file(os.path.join(GEMMA3_CUT, "model.safetensors"))["model.embed_tokens.weight"]
+    reader = gguf.GGUFReader(GEMMA3_CUT_GGUF)
+    embd = next(np.asarray(t.data) for t in reader.tensors if t.name == "token_embd.weight")
+    assert len(reader.fields["tokenizer.ggml.tokens"].data) == 60 and np.array_equal(embd, hf[:60])
+    rc, out, err = cli("diff", GEMMA3_CUT, GEMMA3_CUT_GGUF, "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] != "equal"]
+    row = next(t for t in r["tensors"] if t["a_name"] == "model.embed_tokens.weight")
+    assert row["status"] == "equal" and row["cut"] == 4 * 32 and "vocabulary cut" in row["transform"]
+    assert r["a_params"] - r["b_params"] == 4 * 32
+    assert r["rows"] == [{"module": "embed_tokens", "a": 64 * 32, "b": 60 * 32, "delta": -128, "tied": [], "dropped": 128}]
+
+
+def test_gemma3_cut_rows_wrong_are_a_difference(tmp_path, cli) -> None:
+    """A kept row changed is 'values' (exit 1); a file whose token list does not say 60 tokens is not cut: 'shape'."""
+    hf = load_file(os.path.join(GEMMA3_CUT, "model.safetensors"))["model.embed_tokens.weight"]
+    moved = hf[:60].copy()
+    moved[10, 3] += np.float32(0.01)
+    dst = str(tmp_path / "moved.gguf")
+    rewrite(GEMMA3_CUT_GGUF, dst, {"token_embd.weight": moved})
+    rc, out, _ = cli("diff", GEMMA3_CUT, dst, "--json")
+    off = [(t["a_name"], t["status"]) for t in json.loads(out)["tensors"] if t["status"] != "equal"]
+    assert rc == 1 and off == [("model.embed_tokens.weight", "values")]
+    dst = str(tmp_path / "fewer.gguf")
+    rewrite(GEMMA3_CUT_GGUF, dst, {"token_embd.weight": hf[:56]})   # 56 rows, 60 tokens
+    rc, out, _ = cli("diff", GEMMA3_CUT, dst, "--json")
+    off = [(t["a_name"], t["status"]) for t in json.loads(out)["tensors"] if t["status"] != "equal"]
+    assert rc == 1 and off == [("model.embed_tokens.weight", "shape")]

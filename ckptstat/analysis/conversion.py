@@ -18,6 +18,7 @@ from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import DTYPES
 from ..core.io import read_bytes
 from ..core.quants import QUANTS
+from ..formats.gguf import array_length
 
 Chunks = Iterator[np.ndarray]
 
@@ -224,6 +225,17 @@ def _neg_exp(source: Callable[[], Chunks]) -> Chunks:
 NEG_EXP = Transform("llama.cpp's A = -exp(A_log)", _neg_exp, rtol=2.0 ** -22)
 
 
+def vocab_cut(rows: int, shape: tuple[int, ...]) -> Transform | None:
+    """Gemma3Model.modify_tensors (conversion/gemma.py): embed_tokens cut to the tokenizer's vocabulary
+    (`data_torch[:n_vocab_real]`, the rows past it dropped; Gemma 3's config counts more rows than its tokenizer has
+    tokens). None unless that leaves fewer rows."""
+    if len(shape) != 2 or not 0 < rows < shape[0]:
+        return None
+    cols = shape[1]
+    return Transform(f"llama.cpp's vocabulary cut (the {shape[0] - rows} rows past the tokenizer's {rows} dropped)",
+                     lambda source: _take(source(), rows * cols), (rows, cols))
+
+
 def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transform | None:
     """The transform `kind` (a family's gguf_transforms) for one tensor of `shape`, or None when the file
     does not say what it needs or the shape does not fit."""
@@ -237,6 +249,10 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
 
     if kind == "plus_one":
         return PLUS_ONE
+    if kind == "vocab_cut":   # as many rows as the file's tokens, and its token_embd holding them
+        n = array_length(gguf.metadata.get("tokenizer.ggml.tokens", "")) or 0
+        embd = gguf.tensors.get("token_embd.weight")
+        return vocab_cut(n, shape) if embd is not None and embd.shape[:1] == (n,) else None
     if kind == "neg_exp":
         return NEG_EXP
     if kind == "rope_q":

@@ -349,14 +349,15 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
         transposed = _transposes(ta, tb) if ta is not None and tb is not None else None
         if transposed:
             row["transposed"] = transposed   # that side's [in, out] kernel compared as [out, in]
-        conv, reshaped = None, False
+        conv, reshaped, cut = None, False, 0
         if transforms and not transposed and ta is not None and tb is not None:
             hf, gg = (tb, ta) if a.format == "gguf" else (ta, tb)
             conv = _converter_transform(a, b, key, hf.shape, transforms)
             # a transform that changes the shape (GPT-2's transposes) faces the GGUF side's
             out = conv[1].shape if conv is not None else None
             reshaped = out is not None and tuple(out) == tuple(gg.shape) != tuple(hf.shape)
-        # a block type ckptstat cannot decode yet (Q8_1, Q8_K): its values are not compared
+            cut = hf.numel - math.prod(out) if reshaped and out is not None else 0   # rows dropped (Gemma 3's vocabulary)
+        # a block type ckptstat cannot decode yet (Q8_1, Q8_K, Q1_0): its values are not compared
         undecoded = [t.dtype for t in (ta, tb) if t is not None and t.dt.is_blocked and not can_decode(t.dtype)]
         if ta is None or tb is None:
             # a name one side stores as another tensor's storage (PyTorch's tied decoder; the other side ties
@@ -381,7 +382,7 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             if progress is not None:
                 progress(key)
             m = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed, conv)  # type: ignore[arg-type]
-            untransformed = conv is not None and not _same(m, ta.dtype == tb.dtype, strict) and _same(
+            untransformed = conv is not None and not cut and not _same(m, ta.dtype == tb.dtype, strict) and _same(
                 _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed), ta.dtype == tb.dtype, strict)  # type: ignore[arg-type]
             if untransformed and conv is not None:
                 # the HF layout stored as it is: llama.cpp's loader for this architecture reads only the transformed
@@ -402,6 +403,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 row["status"] = "equal"
             else:
                 row["status"] = "values"
+            if cut:
+                row["cut"] = cut   # left out of the HF side's count (_dropped_params)
             row["identical"] = m.pop("identical")
             row["within_tolerance"] = m.pop("close")
             row.update(m)
@@ -410,7 +413,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
 
 
 def _dropped_params(a: Checkpoint, b: Checkpoint, tensors: list[dict]) -> dict[str, dict[str, int]]:
-    """Per side, module -> the parameters of its tensors llama.cpp's converter dropped by design (status "dropped")."""
+    """Per side, module -> the parameters of its tensors llama.cpp's converter dropped by design (status "dropped"), and
+    of the rows it cut (a row's `cut`)."""
     gone: dict[str, dict[str, int]] = {"a": {}, "b": {}}
     for t in tensors:
         if t["status"] == "dropped":
@@ -419,6 +423,9 @@ def _dropped_params(a: Checkpoint, b: Checkpoint, tensors: list[dict]) -> dict[s
                 module = t["name"].rpartition(".")[0] or "(root)"
                 held = logical(ckpt).tensors.get(name) or ckpt.tensors[name]   # a quantised weight: its logical count
                 gone[side][module] = gone[side].get(module, 0) + held.numel
+        elif t.get("cut"):   # the rows the converter cut from an HF tensor (Gemma 3's vocabulary)
+            side, module = "b" if a.format == "gguf" else "a", t["name"].rpartition(".")[0] or "(root)"
+            gone[side][module] = gone[side].get(module, 0) + t["cut"]
     return gone
 
 

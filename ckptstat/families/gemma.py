@@ -127,7 +127,8 @@ FAMILY = Family(
        "from_config": from_config, "from_tensors": from_tensors, "gguf_tensor_names": GGUF_TENSOR_NAMES},
     gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_table=gguf_table,
     # convert_hf_to_gguf.py's GemmaModel, Gemma2Model, Gemma3Model: `norm.weight` + 1, every norm
-    gguf_transforms=tuple((arch, r"norm\.weight$", "plus_one") for arch in GGUF_CLASSES),
+    gguf_transforms=tuple((arch, r"norm\.weight$", "plus_one") for arch in GGUF_CLASSES)
+    + (("gemma3", r"(^|\.)embed_tokens\.weight$", "vocab_cut"),),   # Gemma3Model cuts it to the tokenizer's tokens
     samples=(
         # Gemma 1's tensor names are LLaMA's: detected as llama (the counts agree), no shape inference here
         Sample("GemmaConfig", _SIZES, ("GemmaModel", "GemmaForCausalLM"), detected_as="llama"),
