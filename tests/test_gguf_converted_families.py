@@ -414,3 +414,35 @@ def test_gemma3_cut_rows_wrong_are_a_difference(tmp_path, cli) -> None:
     rc, out, _ = cli("diff", GEMMA3_CUT, dst, "--json")
     off = [(t["a_name"], t["status"]) for t in json.loads(out)["tensors"] if t["status"] != "equal"]
     assert rc == 1 and off == [("model.embed_tokens.weight", "shape")]
+
+
+# the SSM hybrids: (model, its A_log, its GGUF ssm_a, the HF tensors the converter transforms, a q it permutes)
+HYBRIDS = [("jamba", "model.layers.0.mamba.A_log", "blk.0.ssm_a", {"model.layers.0.mamba.A_log"}, None),
+           ("nemotron_h", "backbone.layers.0.mixer.A_log", "blk.0.ssm_a",
+            {"backbone.layers.0.mixer.A_log", "backbone.layers.1.mixer.q_proj.weight",
+             "backbone.layers.1.mixer.k_proj.weight"}, ("blk.1.attn_q.weight", "backbone.layers.1.mixer.q_proj.weight"))]
+
+
+@pytest.mark.parametrize("model,a_log,ssm_a,transformed,q", HYBRIDS, ids=[h[0] for h in HYBRIDS])
+def test_ssm_hybrid_conversion_is_the_same_model(model, a_log, ssm_a, transformed, q, tmp_path, cli) -> None:
+    """Jamba (JambaModel) and Nemotron-H (NemotronHModel, a GraniteHybridModel) store A = -exp(A_log); Nemotron-H's
+    converter also permutes its attention layers' q/k rows per head (LlamaModel's). Before, a faithful conversion
+    exited 1 on A_log (and Nemotron-H's q, k). Oracle: torch's -exp of the HF A_log is the file's ssm_a bit for bit.
+    A_log stored as it is, or Nemotron-H's q unpermuted, exit 1 naming it (stored without the transform)."""
+    import torch
+
+    hf = load_file(os.path.join(HERE, model, "model.safetensors"))
+    path = os.path.join(HERE, f"{model}.f32.gguf")
+    stored = _ssm_a(path)[ssm_a]
+    assert np.array_equal(stored, (-torch.exp(torch.from_numpy(hf[a_log]))).numpy().reshape(stored.shape))
+    rc, out, err = cli("diff", os.path.join(HERE, model), path, "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] != "equal"]
+    assert {t["a_name"] for t in r["tensors"] if t.get("transform")} == transformed
+    for gguf_name, hf_name in [(ssm_a, a_log)] + ([q] if q else []):
+        dst = str(tmp_path / "broken.gguf")
+        rewrite(path, dst, {gguf_name: hf[hf_name].reshape(_ssm_a(path)[ssm_a].shape if gguf_name == ssm_a
+                                                          else hf[hf_name].shape)})
+        rc, out, _ = cli("diff", os.path.join(HERE, model), dst, "--json")
+        bad = [t for t in json.loads(out)["tensors"] if t["status"] != "equal"]
+        assert rc == 1 and [t["a_name"] for t in bad] == [hf_name] and "untransformed" in bad[0], gguf_name

@@ -42,6 +42,7 @@ _SIZES = dict(TINY_MOE, num_hidden_layers=4, num_experts=4, attn_layer_period=2,
 FAMILY = Family(
     name="jamba",
     **{**layout.family_fields({"jamba": JAMBA}, "ssm_x"), "from_config": from_config, "from_tensors": from_tensors},
+    gguf_transforms=(("jamba", r"(^|\.)A_log$", "neg_exp"),),   # JambaModel: A = -exp(A_log), replayed by diff
     before=("bamba",),   # Bamba's signature (its mixer's mamba.in_proj) matches Jamba's names too
     # its signature (layers.N.mamba.x_proj) is a prefix of Zamba's per-head mamba.x_proj_weight (families/zamba.py)
     signature_without=r"(^|[./])mamba[./]x_proj_weight$",

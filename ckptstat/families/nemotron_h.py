@@ -86,6 +86,10 @@ FAMILY = Family(
        "from_config": from_config, "from_tensors": from_tensors},
     # llama.cpp converts the MoE ones as nemotron_h_moe; its converter stacks the experts itself (no TensorNameMap name)
     gguf_architectures=("nemotron_h", "nemotron_h_moe"),
+    # NemotronHModel is a GraniteHybridModel: q/k rows permuted per head on the attention layers (LlamaModel's), and
+    # Mamba2Model's A = -exp(A_log): both replayed by diff
+    gguf_transforms=tuple(t for arch in ("nemotron_h", "nemotron_h_moe") for t in (
+        *layout.row_rewrites(arch, NEMOTRON_H, "rope"), (arch, r"(^|\.)A_log$", "neg_exp"))),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("NemotronHConfig", _SIZES, ("NemotronHForCausalLM", "NemotronHModel"), device="cpu", infer=False),
