@@ -220,13 +220,15 @@ def _granitehybrid(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, 
     """GraniteHybridModel.modify_tensors (conversion/granite.py): the MoE's input_linear and the shared MLP through
     GraniteMoeModel's, the attention layers (get_attn_layers: layer_types "attention") through GraniteMoeModel's, hence
     LlamaModel's permutation; the Mamba layers' dt_bias renamed dt_proj.bias (Mamba2Model.modify_tensors, conversion/
-    mamba.py), their value rewrites (-exp(A_log), reshapes) left out here: diff does not replay them (docs/gguf.md)."""
+    mamba.py), with its A = -exp(A_log) (diff replays it; the reshapes are left out: diff compares squeezed shapes)."""
     bid = re.search(r"\.(\d+)\.", name)
     attn = [i for i, t in enumerate(hp["layer_types"]) if t == "attention"]
     if name.endswith("block_sparse_moe.input_linear.weight") or "shared_mlp" in name or (bid and int(bid[1]) in attn):
         return _granitemoe(name, data_torch, hp)
     if name.endswith(".dt_bias"):
         name = name.rpartition(".dt_bias")[0] + ".dt_proj.bias"
+    if name.endswith(".A_log"):
+        data_torch = -torch.exp(data_torch)
     return name, data_torch
 
 

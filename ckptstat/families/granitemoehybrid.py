@@ -74,7 +74,9 @@ FAMILY = Family(
     gguf_architectures=("granitehybrid",), gguf_table=gguf_table,
     # convert_hf_to_gguf.py GraniteHybridModel (undo_permute): its attention layers' q_proj / k_proj rows permuted as
     # LlamaModel's (Bamba's too); the K heads from its per-layer head_count_kv (analysis/conversion.py)
-    gguf_transforms=layout.row_rewrites("granitehybrid", GRANITEMOEHYBRID, "rope"),
+    # its attention layers' q/k rows permuted (GraniteMoeModel's, LlamaModel's), Mamba2Model's A = -exp(A_log)
+    gguf_transforms=layout.row_rewrites("granitehybrid", GRANITEMOEHYBRID, "rope") + (
+        ("granitehybrid", r"(^|\.)A_log$", "neg_exp"),),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("GraniteMoeHybridConfig", _SIZES, ("GraniteMoeHybridForCausalLM", "GraniteMoeHybridModel"), device="cpu"),
