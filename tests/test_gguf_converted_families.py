@@ -397,6 +397,8 @@ def test_gemma3_vocabulary_cut_is_replayed(cli) -> None:
     assert row["status"] == "equal" and row["cut"] == 4 * 32 and "vocabulary cut" in row["transform"]
     assert r["a_params"] - r["b_params"] == 4 * 32
     assert r["rows"] == [{"module": "embed_tokens", "a": 64 * 32, "b": 60 * 32, "delta": -128, "tied": [], "dropped": 128}]
+    rc, out, _ = cli("diff", GEMMA3_CUT, GEMMA3_CUT_GGUF, "--names-only")   # no value read: the cut still explains it
+    assert rc == 0 and "no differences" in out
 
 
 def test_gemma3_cut_rows_wrong_are_a_difference(tmp_path, cli) -> None:

@@ -356,7 +356,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             # a transform that changes the shape (GPT-2's transposes) faces the GGUF side's
             out = conv[1].shape if conv is not None else None
             reshaped = out is not None and tuple(out) == tuple(gg.shape) != tuple(hf.shape)
-            cut = hf.numel - math.prod(out) if reshaped and out is not None else 0   # rows dropped (Gemma 3's vocabulary)
+            if cut := hf.numel - math.prod(out) if reshaped and out is not None else 0:
+                row["cut"] = cut   # rows dropped (Gemma 3's vocabulary): left out of the HF side's count (_dropped_params)
         # a block type ckptstat cannot decode yet (Q8_1, Q8_K, Q1_0): its values are not compared
         undecoded = [t.dtype for t in (ta, tb) if t is not None and t.dt.is_blocked and not can_decode(t.dtype)]
         if ta is None or tb is None:
@@ -403,8 +404,6 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 row["status"] = "equal"
             else:
                 row["status"] = "values"
-            if cut:
-                row["cut"] = cut   # left out of the HF side's count (_dropped_params)
             row["identical"] = m.pop("identical")
             row["within_tolerance"] = m.pop("close")
             row.update(m)
