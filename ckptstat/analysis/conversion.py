@@ -350,14 +350,17 @@ def _generated_values(name: str, cfg: dict) -> tuple[np.ndarray, str] | None:
     return None
 
 
-def generated(gguf: Checkpoint, hf: Checkpoint, name: str) -> str | None:
+def generated(gguf: Checkpoint, hf: Checkpoint, name: str, read: bool = True) -> str | None:
     """Why GGUF tensor `name`, which no HF tensor stands for, is no difference: llama.cpp's converter computes it from
     config.json (Llama 3's rope_freqs, Phi-3's long-context rope_factors_long / _short), and the file holds the values
-    the HF side's config gives (float32 arithmetic: within 2^-20 of each); else None (an added tensor)."""
+    the HF side's config gives (float32 arithmetic: within 2^-20 of each); else None (an added tensor). Not `read`
+    (--names-only): the config calls for it and its size is the config's, its values not read."""
     found = _generated_values(name, hf.config or {})
     t = gguf.tensors.get(name)
     if found is None or t is None or t.numel != found[0].size or t.numel > 1 << 20:
         return None
+    if not read:
+        return f"computed by llama.cpp's converter from config.json's {found[1]} (values not read)"
     got = np.concatenate([np.asarray(c, dtype=np.float64).reshape(-1) for c in gguf.iter_chunks(name)])
     if not np.all(np.abs(got - found[0]) <= np.abs(found[0]) * 2.0 ** -20):
         return None

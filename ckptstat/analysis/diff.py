@@ -369,7 +369,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 row["tied_to"] = target
             elif (a if ta is None else b) is gguf and any(rx.search(na or nb or "") for rx in dropped):
                 row["status"] = "dropped"   # the HF tensor the converter leaves out by design (Family.gguf_dropped)
-            elif (b if ta is None else a) is gguf and (why := generated(gguf, a if b is gguf else b, na or nb or "")):
+            elif (b if ta is None else a) is gguf and (why := generated(gguf, a if b is gguf else b, na or nb or "",
+                                                                                not names_only)):
                 row["status"], row["generated"] = "generated", why   # computed from config.json: Llama 3's rope_freqs
         elif ta.shape != tb.shape and not transposed and not reshaped and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
