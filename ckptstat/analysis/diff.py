@@ -358,7 +358,7 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             reshaped = out is not None and tuple(out) == tuple(gg.shape) != tuple(hf.shape)
             if cut := hf.numel - math.prod(out) if reshaped and out is not None else 0:
                 row["cut"] = cut   # rows dropped (Gemma 3's vocabulary): left out of the HF side's count (_dropped_params)
-        # a block type ckptstat cannot decode yet (Q8_1, Q8_K, Q1_0): its values are not compared
+        # a block type ckptstat cannot decode yet (Q8_1, Q8_K): its values are not compared
         undecoded = [t.dtype for t in (ta, tb) if t is not None and t.dt.is_blocked and not can_decode(t.dtype)]
         if ta is None or tb is None:
             # a name one side stores as another tensor's storage (PyTorch's tied decoder; the other side ties
