@@ -7,6 +7,7 @@ import html
 from rich.console import Console, Group
 from rich.text import Text
 
+from ..analysis.diff import UNCHANGED
 from .fmt import layer_label, table, value_cell
 from .names import Name, fit_names, inert, name_line, safe
 from .report_common import CSS
@@ -114,8 +115,7 @@ def render_diff(r: dict, console: Console) -> None:
     if r.get("objects"):
         print_rows(console, table("Non-tensor values that differ", "value", "change", "A", "B"),
                    [(inert(name), None, (change, inert(va), inert(vb))) for name, change, va, vb in _object_rows(r)])
-    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread", "dropped",
-                                                              "generated")]
+    changed = [t for t in r["tensors"] if t["status"] not in UNCHANGED]
     if changed:
         print_rows(console, table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine"),
                    [(inert(row["name"]), None, (_LABEL[row["status"]], inert(_what(row)), _num(row["max_abs"]),
