@@ -58,6 +58,16 @@ def _group(r: dict, group: str) -> int:
     return sum(x["bytes"] for x in r["fit"]["lines"] if x["group"] == group)
 
 
+def test_a_model_of_no_layers_is_planned(tmp_path, mem):
+    """A config of 0 layers (transformers builds it: embedding, final norm, head) was refused, "--pp 1 exceeds the
+    model's 0 layers", with no --pp given; its weights are its parameters' bytes in the model transformers builds."""
+    sizes = {**LLAMA, "num_hidden_layers": 0}
+    model = _meta("LlamaForCausalLM", "LlamaConfig", sizes)
+    r = mem(_config(tmp_path, "LlamaConfig", sizes, "LlamaForCausalLM"), "-b", "1", "-s", "8")
+    lines = {(x["group"], x["item"]): x["bytes"] for x in r["lines"]}
+    assert lines[("weights", "as configured (bfloat16)")] == sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 # ---- the verdict and its boundary -------------------------------------------------------------------
 
 @pytest.mark.parametrize("capacity,extra", [

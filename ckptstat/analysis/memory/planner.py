@@ -126,7 +126,7 @@ class Plan:
             raise bad(f"--tp {self.tp} does not divide the {s.kv_heads} key/value heads")
         if self.tp > 1:
             rank_states(s, self.tp)   # a hybrid mixer's states vLLM cannot split over tp: its UsageError
-        if self.pp > layers_stored(s):
+        if self.pp > 1 and self.pp > layers_stored(s):   # (a model of 0 layers, which transformers builds: --pp 1 fits)
             raise bad(f"--pp {self.pp} exceeds the model's {layers_stored(s)} layers")
 
     def settings(self) -> dict:
