@@ -18,7 +18,6 @@ from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import DTYPES
 from ..core.io import read_bytes
 from ..core.quants import QUANTS
-from ..formats.gguf import array_length
 
 Chunks = Iterator[np.ndarray]
 
@@ -250,6 +249,8 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
     if kind == "plus_one":
         return PLUS_ONE
     if kind == "vocab_cut":   # as many rows as the file's tokens, and its token_embd holding them
+        from ..formats.gguf import array_length  # (a GGUF's: stats and diff of other files import no GGUF reader)
+
         n = array_length(gguf.metadata.get("tokenizer.ggml.tokens", "")) or 0
         embd = gguf.tensors.get("token_embd.weight")
         return vocab_cut(n, shape) if embd is not None and embd.shape[:1] == (n,) else None
