@@ -33,7 +33,7 @@ CASES = {
 }
 
 
-def _write(model, folder, layout: str, named: bool) -> None:
+def _write(model, folder, layout: str, named: bool, head: str | None = None) -> None:
     """The state_dict cloned name by name beside the model's config.json, naming its class (`named`, as a copy of
     the original folder's config does) or not (a config written from the config object)."""
     from safetensors.torch import save_file
@@ -41,6 +41,8 @@ def _write(model, folder, layout: str, named: bool) -> None:
     model.config.architectures = [type(model).__name__] if named else None
     model.config.save_pretrained(folder)
     sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}   # every name, its own storage
+    if head is not None:   # the head's copy trained apart from the embedding (a fine-tune that untied it)
+        sd[head] = sd[head] + 0.5
     if layout == "safetensors":
         save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
         return
@@ -89,3 +91,34 @@ def test_a_tied_state_dict_without_config_agrees(tmp_path, family):
     want = sum(p.numel() for p in model.parameters())
     assert s["parameters"]["unique"] == s["analytic"]["predicted_params"] == want, family
     assert s["analytic"]["agree"] is True, family
+
+
+HEADS = {"gpt2": "lm_head.weight", "llama": "lm_head.weight", "t5": "lm_head.weight", "gemma3_text": "lm_head.weight",
+         "bert-mlm": "cls.predictions.decoder.weight"}
+
+
+@pytest.mark.parametrize("layout", ["safetensors", "bin-shards"])
+@pytest.mark.parametrize("family", sorted(HEADS))
+def test_a_tie_stored_twice_with_different_copies_counts_twice(tmp_path, capsys, family, layout):
+    """config.json asks for the tie, the file stores both copies and they differ: transformers 5.25's from_pretrained
+    does not tie them ("both are present in the checkpoints with different values, so we will NOT tie them"), and its
+    parameters() holds both; ckptstat counted the pair once. Now: the summary's count, `ties`' model.parameters() row
+    and its `declined` list, and audit's `broken` verdict."""
+    torch.manual_seed(0)
+    folder = str(tmp_path / "m")
+    _write(CASES[family](True), folder, layout, True, head=HEADS[family])
+    T.logging.set_verbosity_error()
+    loaded = getattr(T, CASES[family](True).__class__.__name__).from_pretrained(folder)
+    want = sum(p.numel() for p in loaded.parameters())
+    assert want > sum(p.numel() for p in CASES[family](True).parameters())   # (the oracle: untied)
+    assert summarize(folder)["parameters"]["unique"] == want, family
+    assert main(["ties", folder, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [t["alias"] for t in r["declined"]] == [HEADS[family]]
+    assert HEADS[family] not in {t["alias"] for t in r["ties"]}
+    rows = {row["convention"]: row["params"] for row in r["counting"]["rows"]}
+    assert rows["unique parameters"] == rows[f"model.parameters() of {type(loaded).__name__}"] == want
+    out = tmp_path / "audit.jsonl"
+    assert main(["audit", folder, "--out", str(out)]) in (0, 1)
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rec["ties"]["verdict"] == "broken"

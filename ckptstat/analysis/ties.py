@@ -9,7 +9,7 @@ from ..census import aliases, parameters, placements
 from ..census.quant import logical
 from ..census.quant.mlx import channels_last, is_mlx_file, restacked
 from ..census.resolution import resolve
-from ..census.ties import Tie, find_ties, tie_word_embeddings
+from ..census.ties import Tie, declined_ties, find_ties, tie_word_embeddings
 from ..core import Checkpoint
 from ..families.framework.infer import canonical_name, canonical_tensors, tf_spelled
 from ..families.framework.tensors import expected_tensors
@@ -217,10 +217,11 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     # its own variable with no tie found: TFAlbertMLMHead's decoder_bias, which AlbertForMaskedLM ties to
     # predictions.bias.
     own_copy = []
+    declined = {t.alias for t in declined_ties(ckpt)}   # (copies that differ: transformers 5.25 keeps both)
     for rule in r.tie_rules:
         alias, target = outer + rule.alias, outer + rule.target
         if ((rule.when == "always" or tied_cfg) and not rule.module and alias in params and target in params
-                and alias not in tie_of
+                and alias not in tie_of and alias not in declined
                 and spelled[alias] not in tie_of):
             own_copy.append({"name": spelled[alias], "elements": params[alias].numel, "tied_to": spelled[target]})
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,
@@ -277,9 +278,15 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         "deep": deep,
         "rules": rules,
         "ties": [t.__dict__ for t in ties],
+        # ties the rules make whose two stored copies differ: transformers 5.25 does not tie them (census/ties.py)
+        "declined": [{**t.__dict__, "why": DECLINED_WHY} for t in declined_ties(ckpt)],
         "counting": table,
         "cross_check": check,
     }
+
+
+DECLINED_WHY = ("both stored, with different values: transformers 5.25's from_pretrained does not tie them "
+                "(_tied_params_are_equal), so its parameters() counts both")
 
 
 def restacked_text(groups: list[dict[str, Any]]) -> str:
@@ -306,5 +313,8 @@ def verdict(ckpt: Checkpoint) -> dict:
     again = f", {len(twice)} stored twice ({sum(t.numel for t in twice):,} elements stored again)" if twice else ""
     text = (f"{len(ties)} tied name(s) counted once ({', '.join(evidence)}){again}: see `ckptstat ties`" if ties
             else "none found in headers or config (`ckptstat ties --deep` compares contents)")
+    if declined := declined_ties(ckpt):
+        text += (f"; {len(declined)} tie(s) the config asks for stored twice with different values, not tied by "
+                 f"transformers 5.25 and counted twice ({', '.join(t.alias for t in declined[:3])})")
     return {"count": len(ties), "text": text,
             "pairs": [{"alias": t.alias, "target": t.target, "evidence": t.evidence, "status": t.status} for t in ties]}

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
 
-from ..core import Checkpoint
+from ..core import Checkpoint, dtypes
+from ..errors import CkptstatError
 from ..families import by_model_type
 from ..families.framework.base import TieRule
 from ..families.framework.infer import canonical_name, tf_spelled
@@ -74,11 +75,25 @@ def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule, head: str | None) -> 
 
 
 def stored_twice(ckpt: Checkpoint) -> frozenset[str]:
-    """The names of ties transformers makes on load that the file stores again, separately (from headers and
-    config alone: the class's tie groups where config.json names a class the tie table lists, else the family's
-    rules): each pair loads as one parameter, so the census counts the copy as it counts an alias, once (its bytes
-    stay in the file's)."""
+    """The names of ties transformers makes on load that the file stores again, separately (the class's tie groups
+    where config.json names a class the tie table lists, else the family's rules), with equal copies: each pair loads
+    as one parameter, so the census counts the copy as it counts an alias, once (its bytes stay in the file's)."""
     return ckpt.derived("stored_twice", lambda c: frozenset(t.alias for t in find_ties(c) if t.status == "stored twice"))
+
+
+# A pair the rules tie that the file stores twice is tied by transformers 5.25 only where the two copies are equal
+# (from_pretrained, modeling_utils.py: `_tied_params_are_equal`, torch.equal; "both are present in the checkpoints with
+# different values, so we will NOT tie them"): its model's parameters() then holds both. The copies are compared whole
+# up to COMPARE_WHOLE bytes a pair, else COMPARE_WINDOW elements at the start, middle and end of each (a head trained
+# apart from its embedding differs everywhere): a few small reads, where the census otherwise reads headers only.
+COMPARE_WHOLE = 64 << 20
+COMPARE_WINDOW = 4096
+
+
+def declined_ties(ckpt: Checkpoint) -> list[Tie]:
+    """The pairs the rules tie that the file stores twice with different values, which transformers leaves untied
+    (counted twice, as its parameters() counts them); `audit` calls such a tie broken."""
+    return list(ckpt.derived("ties", lambda c: _found(c, False, 16 << 20))[1])
 
 
 def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> list[Tie]:
@@ -87,8 +102,40 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     with no registered family only the file's own evidence (shared storage, safetensors metadata,
     contents with `deep`) is reported. Without `deep` (headers and config alone) found once a checkpoint."""
     if deep:
-        return _find_ties(ckpt, deep, chunk_bytes)
-    return list(ckpt.derived("ties", lambda c: tuple(_find_ties(c, False, chunk_bytes))))
+        return list(_found(ckpt, deep, chunk_bytes)[0])
+    return list(ckpt.derived("ties", lambda c: _found(c, False, chunk_bytes))[0])
+
+
+def _found(ckpt: Checkpoint, deep: bool, chunk_bytes: int) -> tuple[tuple[Tie, ...], tuple[Tie, ...]]:
+    """(the ties, the declined ones: stored twice with copies that differ)."""
+    ties = _find_ties(ckpt, deep, chunk_bytes)
+    declined = tuple(t for t in ties if t.status == "stored twice" and t.evidence != "identical contents"
+                     and _copies_differ(ckpt, t.alias, t.target))
+    return tuple(t for t in ties if t not in declined), declined
+
+
+def _copies_differ(ckpt: Checkpoint, a: str, b: str) -> bool:
+    """Whether two stored copies of a tie hold different values (COMPARE_WHOLE, COMPARE_WINDOW); False where they
+    cannot be read as numbers here (a quantised weight's pieces, a damaged file: the tie stands, as before)."""
+    import numpy as np  # (only for a tie stored twice: header-only commands import no numpy otherwise)
+
+    ta, tb = ckpt.tensors.get(a), ckpt.tensors.get(b)
+    if ta is None or tb is None or ta.shape != tb.shape or not dtypes.can_decode(ta.dtype) or not dtypes.can_decode(tb.dtype):
+        return False
+    n = ta.numel
+    whole = ta.byte_size + tb.byte_size <= COMPARE_WHOLE or n <= 3 * COMPARE_WINDOW
+    spans = [(0, n)] if whole else [(0, COMPARE_WINDOW), ((n - COMPARE_WINDOW) // 2, COMPARE_WINDOW),
+                                    (n - COMPARE_WINDOW, COMPARE_WINDOW)]
+    step = max(1, (16 << 20) // max(ta.dt.bits // 8, 1))
+    try:
+        for start, count in spans:
+            for at in range(start, start + count, step):
+                k = min(step, start + count - at)
+                if not np.array_equal(ckpt.read_elements(a, at, k), ckpt.read_elements(b, at, k)):
+                    return True
+    except CkptstatError:
+        return False
+    return False
 
 
 def _find_ties(ckpt: Checkpoint, deep: bool, chunk_bytes: int) -> list[Tie]:

@@ -367,6 +367,11 @@ def render_ties(r: dict, console: Console) -> None:
             console.print(name_line("    = ", tie["target"], Text(f"  [{tie['evidence']}; {tie['status']}]", style="dim")))
     else:
         console.print("No tied weights found" + ("" if r["deep"] else " (headers and config; --deep also compares contents)"))
+    if r.get("declined"):
+        console.print(Text("Not tied (the copies differ)", style="italic"))
+        for tie in r["declined"]:
+            console.print(name_line("  ", tie["alias"], f"  ({tie['numel']:,} elements)"))
+            console.print(name_line("    != ", tie["target"], Text(f"  [{tie['evidence']}]: {tie['why']}", style="dim")))
     rows = r["counting"]["rows"]
     base = rows[0]["params"]
     t = table("Parameter counts by convention", "convention", "params", "vs unique")

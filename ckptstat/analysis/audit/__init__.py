@@ -91,7 +91,8 @@ def _same_values(ckpt: Any, a: str, b: str) -> bool:
 
 def _ties(ckpt: Any, report: dict[str, Any], values: bool) -> dict[str, Any]:
     """The ties verdict: `broken` when a tie the config or architecture declares is stored twice with
-    different values (transformers re-ties on load and one copy is silently lost), `unchecked` when
+    different values (transformers 5.25 then leaves it untied, census/ties.py declined_ties; transformers 4 tied it
+    and lost one copy silently), `unchecked` when
     such a pair was not compared (values=False), `duplicated` when the copies are equal, `tied` when
     every tie is aliased or absent, `none` without ties. Discrepancies: every counting convention
     (analysis/ties.py) whose total differs from the unique count, with the difference."""
@@ -105,6 +106,9 @@ def _ties(ckpt: Any, report: dict[str, Any], values: bool) -> dict[str, Any]:
             else:
                 row["equal_values"] = None
         pairs.append(row)
+    for t in report.get("declined", []):   # found different from a few reads already: not tied
+        pairs.append({"alias": t["alias"], "target": t["target"], "evidence": t["evidence"], "status": t["status"],
+                      "equal_values": False})
     compared = [p.get("equal_values") for p in pairs if "equal_values" in p]
     verdict = ("broken" if False in compared else "unchecked" if None in compared else "duplicated" if compared
                else "tied" if pairs else "none")
