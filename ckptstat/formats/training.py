@@ -39,6 +39,7 @@ from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, read
 from .deepspeed_zero3 import gather, is_zero3, part_prefix
 from .registry import _FOLDER_HOOKS, FOLDER_CANDIDATES, read_json, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
+from .torch.values import flat, row
 
 DCP_METADATA = ".metadata"               # formats/dcp/ METADATA (not imported: a Trainer folder without FSDP needs no DCP)
 
@@ -163,6 +164,9 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
                      "learning_rate_from": "trainer_state.json log_history" if logged else
                      lr_from if lr is not None else None,
                      "optimizer": opt_path if opt_path and os.path.exists(opt_path) else None}
+    if os.path.isfile(state_path):   # its values (best_metric, total_flos, a callback's state), log_history aside
+        ckpt.objects.update({n: row(TRAINER_STATE, v) for n, v in
+                             flat("trainer_state", {k: v for k, v in state.items() if k != "log_history"})})
     _training_args(ckpt, os.path.join(folder, TRAINING_ARGS), open_file)
     if not os.path.isfile(state_path):
         side = " / ".join(n for n in TRAINER_SIDE if os.path.isfile(os.path.join(folder, n)))
