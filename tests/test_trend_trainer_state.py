@@ -2,7 +2,9 @@
 non-tensor values that change and `diff`'s non-tensor values that differ: transformers' own Trainer (save_steps=1,
 an evaluation every step with metric_for_best_model) writes the run; each step's value is what json.load gives
 back from that step's trainer_state.json. Before, only optimizer.pt's param_groups were compared: the step, the
-epoch and the best metric that changed at every step were in neither report."""
+epoch and the best metric that changed at every step were in neither report. The run logs every other step
+(logging_steps=2, save_steps=1): a checkpoint's learning rate is the one logged at its step, else optimizer.pt's;
+before, checkpoint-3 showed the rate logged at step 2."""
 import json
 import os
 
@@ -33,8 +35,8 @@ def run(tmp_path_factory):
     torch.manual_seed(0)
     args = transformers.TrainingArguments(output_dir=out, max_steps=STEPS, save_steps=1, eval_strategy="steps",
                                           eval_steps=1, metric_for_best_model="loss", per_device_train_batch_size=4,
-                                          learning_rate=1e-2, logging_steps=1, report_to=[], use_cpu=True,
-                                          disable_tqdm=True)
+                                          learning_rate=1e-2, logging_steps=2, report_to=[], use_cpu=True,
+                                          lr_scheduler_type="linear", disable_tqdm=True)
     transformers.Trainer(model=transformers.LlamaForCausalLM(cfg), args=args, train_dataset=_Data(),
                          eval_dataset=_Data()).train()
     return out
@@ -74,3 +76,20 @@ def test_trainer_state_values_in_diff(run, cli):
     assert {"trainer_state.global_step", "trainer_state.best_metric"} <= changed
     for n in changed:
         assert rows[n]["a"] == a[n] and rows[n]["b"] == b[n], n
+
+
+def test_the_learning_rate_is_the_one_of_the_checkpoints_step(run):
+    r = trend([run])
+    for s in r["steps"]:
+        folder = os.path.join(run, f"checkpoint-{s['step']}")
+        with open(os.path.join(folder, "trainer_state.json")) as f:
+            state = json.load(f)
+        logged = [e["learning_rate"] for e in state["log_history"]
+                  if "learning_rate" in e and e["step"] == state["global_step"]]
+        lr = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True)["param_groups"][0]["lr"]
+        assert s["learning_rate"] == (logged[-1] if logged else lr), s["step"]
+    steps = [s["step"] for s in r["steps"]]
+    assert steps == [1, 2, 3]
+    with open(os.path.join(run, "checkpoint-3", "trainer_state.json")) as f:
+        stale = [e for e in json.load(f)["log_history"] if "learning_rate" in e]
+    assert stale[-1]["step"] == 2 and r["steps"][2]["learning_rate"] != stale[-1]["learning_rate"]

@@ -157,8 +157,10 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
         ckpt, lr = _with_optimizer(folder, opt_path, open_file)
         if os.path.isfile(opt_path):
             ckpt.optimizer_builder = "transformers Trainer"   # its create_optimizer, unless the run passed its own
+    # the learning rate logged at this checkpoint's step; one logged at an earlier step (logging_steps larger than
+    # save_steps) is stale, and the optimizer's is taken instead
     logged = [e["learning_rate"] for e in state.get("log_history") or [] if isinstance(e, dict)
-              and number(e.get("learning_rate")) is not None]
+              and number(e.get("learning_rate")) is not None and e.get("step") == state.get("global_step")]
     ckpt.training = {"library": "Hugging Face Trainer", "global_step": number(state.get("global_step")),
                      "epoch": number(state.get("epoch")), "learning_rate": logged[-1] if logged else lr,
                      "learning_rate_from": "trainer_state.json log_history" if logged else
