@@ -385,10 +385,9 @@ def open_dcp(path: str) -> Checkpoint:
         ckpt.files += tuple(os.path.join(folder, n) for n in (megatron.COMMON, megatron.CONFIG)
                             if os.path.isfile(os.path.join(folder, n)))
         megatron.annotate(ckpt, folder, config)
-    if ckpt.objects:
-        ckpt.training = training_of(ckpt.objects)
-        if ckpt.training is not None and config is not None:
-            ckpt.training["library"] = megatron.LIBRARY
+    ckpt.training = training_of(ckpt.objects, ckpt)
+    if ckpt.training is not None and config is not None:
+        ckpt.training["library"] = megatron.LIBRARY
     return ckpt
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...core import Checkpoint
 from ...core.files import open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
@@ -82,14 +83,23 @@ _TRAINING_KEYS = {"global_step": ("step", "global_step", "steps", "iteration"), 
                   "learning_rate": ("lr", "learning_rate")}
 
 
-def training_of(objects: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The `training` record (formats/training.py's shape) a DCP folder's plain items give, or None."""
+def training_of(objects: dict[str, dict[str, Any]], ckpt: Checkpoint | None = None) -> dict[str, Any] | None:
+    """The `training` record (formats/training.py's shape) a DCP folder's plain items give, or None. Without a plain
+    step item, the step is the shallowest one-element integer tensor named so in `ckpt` (torchtitan's TrainState saves
+    `train_state.step` as `torch.tensor(step, dtype=torch.int32)`), its value read."""
+    def named(n: str, field: str) -> bool:
+        return n.rsplit(".", 1)[-1] in _TRAINING_KEYS[field] and ".state." not in f".{n}."
+
     found: dict[str, tuple[Any, str]] = {}
-    for field, keys in _TRAINING_KEYS.items():
-        names = sorted((n.count("."), n) for n, o in objects.items()
-                       if n.rsplit(".", 1)[-1] in keys and ".state." not in f".{n}." and number(o.get("value")) is not None)
+    for field in _TRAINING_KEYS:
+        names = sorted((n.count("."), n) for n, o in objects.items() if named(n, field)
+                       and number(o.get("value")) is not None)
         if names:
             found[field] = (objects[names[0][1]]["value"], names[0][1])
+    counters = sorted((n.count("."), n) for n, t in (ckpt.tensors.items() if ckpt else ())
+                      if named(n, "global_step") and t.numel == 1 and t.dt.kind in ("int", "uint"))
+    if "global_step" not in found and counters and ckpt is not None:
+        found["global_step"] = (int(ckpt.read(counters[0][1]).reshape(-1)[0]), counters[0][1])
     if not found:
         return None
     lr = found.get("learning_rate")
