@@ -25,7 +25,7 @@ from ...core import Checkpoint
 from ...core.files import open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
-from ..torch.training import number
+from ..torch.training import TRAINING_KEYS, number
 from ..torch.values import MAX_OBJECTS, row
 from . import extensions
 from .extensions import Item, extensions_text
@@ -75,12 +75,10 @@ def read_objects(items: dict[str, Item]) -> dict[str, dict[str, Any]]:
     return {name: out[name] for name in items}
 
 
-# The names whose plain number says the run's step, epoch and learning rate: a state_dict's own `step`, a
-# Stateful's `train_state.step` (torchtitan), an optimizer's `optimizer.param_groups.0.lr`. The shallowest name
-# wins; an optimizer's per-parameter `state.` entries (Adam's `step`) never count.
-# (`iteration`: Megatron-LM's, in a Megatron-Core checkpoint's common.pt, formats/dcp/megatron.py)
-_TRAINING_KEYS = {"global_step": ("step", "global_step", "steps", "iteration"), "epoch": ("epoch",),
-                  "learning_rate": ("lr", "learning_rate")}
+# The names whose plain number says the run's step, epoch and learning rate (TRAINING_KEYS): a state_dict's own
+# `step`, a Stateful's `train_state.step` (torchtitan), an optimizer's `optimizer.param_groups.0.lr`. The shallowest
+# name wins; an optimizer's per-parameter `state.` entries (Adam's `step`) never count.
+_TRAINING_KEYS = TRAINING_KEYS
 
 
 def training_of(objects: dict[str, dict[str, Any]], ckpt: Checkpoint | None = None) -> dict[str, Any] | None:

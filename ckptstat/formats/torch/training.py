@@ -41,6 +41,17 @@ def number(v: Any) -> float | int | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+# The names whose plain number says the run's step, epoch and learning rate, in a training dict a script saves
+# (`{"model": ..., "optimizer": ..., "step": 500, "epoch": 2}`; nanoGPT's `iter_num`) and in a DCP folder's items
+# (formats/dcp/objects.py; Megatron-LM's `iteration`, in a Megatron-Core checkpoint's common.pt).
+TRAINING_KEYS = {"global_step": ("step", "global_step", "steps", "iteration", "iter_num"), "epoch": ("epoch",),
+                 "learning_rate": ("lr", "learning_rate")}
+
+
+def _first(obj: dict[Any, Any], field: str) -> float | int | None:
+    return next((v for k in TRAINING_KEYS[field] if (v := number(obj.get(k))) is not None), None)
+
+
 def optimizer_dicts(obj: Any, prefix: str = "", depth: int = 0,
                     seen: set[int] | None = None) -> Iterator[tuple[str, dict[Any, Any]]]:
     """(name prefix, dict) of each torch optimizer state_dict in a torch.save'd object, as the torch reader names
@@ -142,8 +153,9 @@ def torch_training(obj: Any) -> tuple[dict[str, Any] | None, dict[str, str], Gro
                 "epoch": None}
     elif "ds_version" in obj and "optimizer_state_dict" in obj:
         info = {"library": f"DeepSpeed {str(obj['ds_version'])[:40]} (optimizer state)", "global_step": None, "epoch": None}
-    elif lr is not None:
-        info = {"library": "torch optimizer state_dict", "global_step": None, "epoch": None}
+    elif lr is not None or _first(obj, "global_step") is not None:   # a script's own training dict, or an optimizer's
+        info = {"library": "torch optimizer state_dict" if "param_groups" in obj else "torch.save'd training dict",
+                "global_step": _first(obj, "global_step"), "epoch": _first(obj, "epoch")}
     if info is not None:
         info["learning_rate"] = lr
     return info, names, groups
