@@ -195,7 +195,8 @@ def _accelerate(folder: str, names: set[str], open_file: Callable[[str], Checkpo
     ckpt.training = {"library": "accelerate Accelerator.save_state", "global_step": None, "epoch": None,
                      "learning_rate": lr, "learning_rate_from": f"{ACCELERATE_OPTIMIZER} param_groups" if lr is not None
                      else None, "optimizer": opt_path}
-    more = sorted(n for n in names if re.fullmatch(r"(?:model|optimizer)_\d+\.(?:safetensors|bin)", n))
+    # accelerate names the i-th model model_i.safetensors, or pytorch_model_i.bin (safe_serialization=False)
+    more = sorted(n for n in names if re.fullmatch(r"(?:model|optimizer|pytorch_model)_\d+\.(?:safetensors|bin)", n))
     if more:
         ckpt.notes.append(f"accelerate saved more than one model or optimizer ({', '.join(more[:4])}): the first of "
                           "each is read; open the others by name")
