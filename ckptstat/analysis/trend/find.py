@@ -8,8 +8,9 @@ A run folder is read by the layouts training libraries write (docs/training.md):
 - anything else: files or folders whose name ends in a number (`step_N`, `step-N`, `ckpt_N.pt`, `N.safetensors`),
   that number being the step.
 The first layout found is the run's (a Trainer run folder also holds runs/, logs...). Checkpoints given one by one
-are ordered by the number ending each name when every name has one (a shell glob sorts step_10 before step_2),
-else kept in the order given, the step being the position."""
+are ordered by the number ending each name when every name has one (a shell glob sorts step_10 before step_2; a
+file whose name has none, checkpoint-10/model.safetensors or step_10/.metadata, by its folder's), else kept in the
+order given, the step being the position."""
 from __future__ import annotations
 
 import os
@@ -47,6 +48,16 @@ def _number(name: str) -> int | None:
     return int(m.group(1)) if m and len(m.group(1)) <= 18 else None
 
 
+def _given_label(path: str) -> str:
+    """A checkpoint given by path, named by what says its step: its own name (step_10.safetensors), else its folder's
+    and its own (checkpoint-10/model.safetensors, step_10/.metadata: a file whose name holds no step, in a folder per
+    step)."""
+    path = os.path.normpath(path)
+    name = os.path.basename(path) or path
+    parent = os.path.basename(os.path.dirname(path))
+    return f"{parent}/{name}" if _number(name) is None and parent and _number(parent) is not None else name
+
+
 def discover(paths: list[str]) -> tuple[list[Step], str, list[dict]]:
     """(the steps in order, the layout found, the entries left out with why)."""
     if not paths:
@@ -58,8 +69,8 @@ def discover(paths: list[str]) -> tuple[list[Step], str, list[dict]]:
     if len(paths) == 1 and os.path.isdir(paths[0]):
         steps, layout, skipped = _run_folder(paths[0])
     else:
-        labels = [os.path.basename(os.path.normpath(p)) or p for p in paths]
-        numbers = [_number(n) for n in labels]
+        labels = [_given_label(p) for p in paths]
+        numbers = [_number(n.split("/")[0]) for n in labels]
         if all(n is not None for n in numbers):   # a shell glob's order is not the steps'
             steps = sorted((Step(n, p, lb) for n, p, lb in zip(numbers, paths, labels) if n is not None),
                            key=lambda s: s.step)
