@@ -36,3 +36,24 @@ def test_a_step_stored_as_a_tensor_is_the_training_step(tmp_path):
     assert ckpt.training is not None and ckpt.training["global_step"] == _loaded_step(tmp_path / "step-20") == 20
     r = trend([str(tmp_path)])
     assert [s["global_step"] for s in r["steps"]] == [_loaded_step(tmp_path / f"step-{n}") for n in (10, 20)]
+
+
+def test_a_tensor_step_that_cannot_be_read_leaves_the_folder_readable(tmp_path):
+    """The same step saved through torch's ZStandard extension, read without zstandard (the import refused as an
+    absent package is): the folder still opens, without a step; with zstandard its step is dcp.load's."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("zstandard")
+    from test_extras import WRAPPER
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    folder = tmp_path / "zstd"
+    dcp.save({"w": torch.randn(4, 4), "train_state": {"step": torch.tensor(7, dtype=torch.int32)}},
+             storage_writer=dcp.FileSystemWriter(str(folder), _extensions=[ZStandard()]), no_dist=True)
+    assert open_checkpoint(str(folder)).training["global_step"] == _loaded_step(folder) == 7
+    r = subprocess.run([sys.executable, "-c", WRAPPER, "zstandard", "summary", str(folder), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (json.loads(r.stdout)["training"] or {}).get("global_step") is None

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...core import Checkpoint
 from ...core.files import open_regular
-from ...errors import CheckpointError, UnsafeCheckpointError, reading
+from ...errors import CheckpointError, CkptstatError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import TRAINING_KEYS, number
 from ..torch.values import MAX_OBJECTS, row
@@ -97,7 +97,10 @@ def training_of(objects: dict[str, dict[str, Any]], ckpt: Checkpoint | None = No
     counters = sorted((n.count("."), n) for n, t in (ckpt.tensors.items() if ckpt else ())
                       if named(n, "global_step") and t.numel == 1 and t.dt.kind in ("int", "uint"))
     if "global_step" not in found and counters and ckpt is not None:
-        found["global_step"] = (int(ckpt.read(counters[0][1]).reshape(-1)[0]), counters[0][1])
+        try:   # (a chunk whose values cannot be read now, a zstd one without the extra: no step, the folder opens)
+            found["global_step"] = (int(ckpt.read(counters[0][1]).reshape(-1)[0]), counters[0][1])
+        except CkptstatError:
+            pass
     if not found:
         return None
     lr = found.get("learning_rate")
