@@ -78,7 +78,6 @@ def read_objects(items: dict[str, Item]) -> dict[str, dict[str, Any]]:
 # The names whose plain number says the run's step, epoch and learning rate (TRAINING_KEYS): a state_dict's own
 # `step`, a Stateful's `train_state.step` (torchtitan), an optimizer's `optimizer.param_groups.0.lr`. The shallowest
 # name wins; an optimizer's per-parameter `state.` entries (Adam's `step`) never count.
-_TRAINING_KEYS = TRAINING_KEYS
 
 
 def training_of(objects: dict[str, dict[str, Any]], ckpt: Checkpoint | None = None) -> dict[str, Any] | None:
@@ -86,10 +85,10 @@ def training_of(objects: dict[str, dict[str, Any]], ckpt: Checkpoint | None = No
     step item, the step is the shallowest one-element integer tensor named so in `ckpt` (torchtitan's TrainState saves
     `train_state.step` as `torch.tensor(step, dtype=torch.int32)`), its value read."""
     def named(n: str, field: str) -> bool:
-        return n.rsplit(".", 1)[-1] in _TRAINING_KEYS[field] and ".state." not in f".{n}."
+        return n.rsplit(".", 1)[-1] in TRAINING_KEYS[field] and ".state." not in f".{n}."
 
     found: dict[str, tuple[Any, str]] = {}
-    for field in _TRAINING_KEYS:
+    for field in TRAINING_KEYS:
         names = sorted((n.count("."), n) for n, o in objects.items() if named(n, field)
                        and number(o.get("value")) is not None)
         if names:
