@@ -451,3 +451,43 @@ def test_ssm_hybrid_conversion_is_the_same_model(model, a_log, ssm_a, transforme
         rc, out, _ = cli("diff", os.path.join(HERE, model), dst, "--json")
         bad = [t for t in json.loads(out)["tensors"] if t["status"] != "equal"]
         assert rc == 1 and [t["a_name"] for t in bad] == [hf_name] and "untransformed" in bad[0], gguf_name
+
+
+GEMMA3_VLM = os.path.join(HERE, "gemma3-vlm")
+GEMMA3_VLM_GGUF = os.path.join(HERE, "gemma3-vlm.f32.gguf")
+
+
+def test_a_vision_language_models_conversion_is_its_language_model(cli) -> None:
+    """Gemma3ForConditionalGeneration converted by llama.cpp's converter (fixtures/make_conversions_vocabless.py
+    gemma3-vlm): the file holds the language model, the vision tower and projector going to the separate mmproj file.
+    The diff said 27 language-model tensors removed and 27 added (the wrapper's language_model.model.*, as
+    save_pretrained writes Gemma 3's, against the text model's names) and the 50 tower tensors removed, exit 1; now
+    the language model is compared, the towers are dropped (its mmproj file's), exit 0. Oracle: the file's tensors
+    (gguf-py) are the language model's."""
+    from gguf import GGUFReader
+
+    held = {t.name for t in GGUFReader(GEMMA3_VLM_GGUF).tensors}
+    rc, out, _ = cli("diff", GEMMA3_VLM, GEMMA3_VLM_GGUF, "--json")
+    r = json.loads(out)
+    rows = r["tensors"]
+    hf = load_file(os.path.join(GEMMA3_VLM, "model.safetensors"))
+    towers = {n for n in hf if n.startswith(("vision_tower.", "multi_modal_projector."))}
+    assert towers and len(towers) + len(held) == len(hf)
+    assert rc == 0 and r["same"] is True
+    assert {t["a_name"] for t in rows if t["status"] == "dropped"} == towers
+    assert {t["b_name"] for t in rows if t["status"] != "dropped"} == held   # every GGUF tensor faces its HF one
+    assert all(t["status"] in ("equal", "dropped") for t in rows)
+
+
+def test_a_vision_language_models_conversion_changed_is_a_difference(tmp_path, cli) -> None:
+    """One language-model weight moved in the file: values, exit 1 (the towers still dropped)."""
+    from gguf import GGUFReader
+
+    t = next(t for t in GGUFReader(GEMMA3_VLM_GGUF).tensors if t.name == "blk.1.ffn_down.weight")
+    moved = np.array(t.data, dtype=np.float32).copy()
+    moved.flat[7] += np.float32(0.01)
+    dst = str(tmp_path / "moved.gguf")
+    rewrite(GEMMA3_VLM_GGUF, dst, {"blk.1.ffn_down.weight": moved})
+    rc, out, _ = cli("diff", GEMMA3_VLM, dst, "--json")
+    off = [(t["a_name"], t["status"]) for t in json.loads(out)["tensors"] if t["status"] not in ("equal", "dropped")]
+    assert rc == 1 and off == [("language_model.model.layers.1.mlp.down_proj.weight", "values")]

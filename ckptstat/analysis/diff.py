@@ -52,12 +52,17 @@ STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal"
 # "dropped": an HF tensor llama.cpp's converter leaves out of that architecture's GGUF file on purpose; "generated": a
 # GGUF tensor it computes from config.json, holding the values the HF side's config gives)
 UNCHANGED = ("equal", "converted", "tied", "unread", "dropped", "generated")
+# the buckets of a multimodal model's towers and projectors (naming/): llama.cpp's converter writes them to a separate
+# mmproj-*.gguf (convert_hf_to_gguf.py --mmproj), never to the model's file, whose diff lists them `dropped`
+MMPROJ_BUCKETS = ("vision", "audio")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 # a multimodal wrapper's text model as transformers 4 and mlx_lm nest it, keyed as transformers 5 does
 # (model.language_model.*, lm_head at the top): the Qwen3-VL releases against mlx_lm's conversion, a transformers 4
 # save of LLaVA against a transformers 5 one
 _NESTED_LM = ((re.compile(r"^language_model\.model\."), "language_model."),
               (re.compile(r"^language_model\.lm_head\."), "lm_head."))
+# (a GGUF conversion of a multimodal wrapper: transformers 5's model.language_model.*, 4's language_model.model.*)
+_WRAPPED_LM = (re.compile(r"^(model\.)?language_model\.(model\.)?"), "model.")
 Rename = Callable[[str], str]
 DEQUANTIZED_MAP = ("quantised weights read as the values their library dequantises them to (MLX, compressed-tensors, "
                    "block-scaled FP8, bitsandbytes 4-bit, quanto qint8/qfloat8, torchao float8, GPTQ, AWQ, gpt-oss "
@@ -369,6 +374,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 row["tied_to"] = target
             elif (a if ta is None else b) is gguf and any(rx.search(na or nb or "") for rx in dropped):
                 row["status"] = "dropped"   # the HF tensor the converter leaves out by design (Family.gguf_dropped)
+            elif (a if ta is None else b) is gguf and p.bucket in MMPROJ_BUCKETS and gguf.declared_architecture != "clip":
+                row["status"], row["mmproj"] = "dropped", True   # a tower or projector: the mmproj file's
             elif (b if ta is None else a) is gguf and (why := generated(gguf, a if b is gguf else b, na or nb or "",
                                                                                 not names_only)):
                 row["status"], row["generated"] = "generated", why   # computed from config.json: Llama 3's rope_freqs
@@ -538,6 +545,9 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
         builtin = gguf_rules(a if a.format == "gguf" else b)
         if builtin:
             (ra if a.format == "gguf" else rb)[:0] = [MLA_RULE, *builtin[1]]
+            # a multimodal wrapper's language model is what llama.cpp's converter writes to the model's file
+            # (Gemma 3's, Mistral 3's... the towers go to the mmproj file): its names as the text model's
+            (rb if a.format == "gguf" else ra)[:0] = [_WRAPPED_LM]
             # DeepSeek's kv_b_proj, split per head by the converter: read joined back
             a, b = (mla_joined(a), b) if a.format == "gguf" else (a, mla_joined(b))
             # llama.cpp's stacked experts, slice by slice where the HF side holds each expert

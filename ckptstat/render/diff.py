@@ -69,7 +69,11 @@ def conversion_notes(r: dict) -> list[str]:
         if t.get("transform") and t["status"] in ("equal", "converted"):
             after[t["transform"]] = after.get(t["transform"], 0) + 1
     out = [f"{n} tensor(s) the same after {what}" for what, n in after.items()]
-    if gone := [t["name"] for t in r["tensors"] if t["status"] == "dropped"]:
+    if towers := [t["name"] for t in r["tensors"] if t.get("mmproj")]:
+        out.append(f"{len(towers)} tensor(s) of the vision / audio tower and projector: llama.cpp's converter writes "
+                   "them to the separate mmproj-*.gguf (convert_hf_to_gguf.py --mmproj), not to the model's file "
+                   "(no difference)")
+    if gone := [t["name"] for t in r["tensors"] if t["status"] == "dropped" and not t.get("mmproj")]:
         out.append(f"{len(gone)} tensor(s) dropped by llama.cpp's converter by design (no difference): "
                    + ", ".join(gone[:6]) + (f", ... ({len(gone) - 6} more)" if len(gone) > 6 else ""))
     if made := [t["name"] for t in r["tensors"] if t["status"] == "generated"]:
