@@ -191,7 +191,8 @@ CT_CASES = [("W4A16", "pack-quantized", 128, "bfloat16"), ("W4A16", "pack-quanti
             ("W8A8", "int-quantized", None, "bfloat16"), ("FP8", "float-quantized", None, "float32"),
             ("FP8_DYNAMIC", "float-quantized", None, "bfloat16"), ("FP8_BLOCK", "float-quantized", None, "bfloat16"),
             ("NVFP4A16", "nvfp4-pack-quantized", None, "bfloat16"), ("NVFP4", "nvfp4-pack-quantized", None, "bfloat16"),
-            ("MXFP4A16", "mxfp4-pack-quantized", None, "bfloat16"), ("W4A16", "naive-quantized", 128, "bfloat16")]
+            ("MXFP4A16", "mxfp4-pack-quantized", None, "bfloat16"), ("W4A16", "naive-quantized", 128, "bfloat16"),
+            ("MXFP6A16", "mxfp6-pack-quantized", None, "bfloat16"), ("MXFP8A16", "mxfp8-quantized", None, "bfloat16")]
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -38,6 +38,8 @@ CT = {  # compressed-tensors preset scheme, format, group size, sparsity format 
     "ct-fp8": ("FP8", "float-quantized", None, None),
     "ct-int8": ("W8A16", "int-quantized", 32, None),   # compressed-tensors 0.20: W8A16 is group-quantized (128)
     "ct-nvfp4": ("NVFP4A16", "nvfp4-pack-quantized", 16, None),
+    "ct-mxfp6": ("MXFP6A16", "mxfp6-pack-quantized", 32, None),   # compressed-tensors 0.20: four E2M3 codes in 3 bytes
+    "ct-mxfp8": ("MXFP8A16", "mxfp8-quantized", 32, None),        # float8 codes, an E8M0 byte a group of 32
 }
 # compressed-tensors 0.15 removed the sparse compressors (sparse-bitmask, sparse-24-bitmask), and 0.14 needs
 # transformers < 5: those files are committed, written by 0.14 (fixtures/make_quantized.py --ct014), beside the record
@@ -110,6 +112,8 @@ def test_stored_bytes_and_bits_per_weight(written, case):
     q = r["quantization"]
     expected_method = LAYOUT[case][2] if case in LAYOUT else BNB.get(case, "compressed-tensors")
     assert expected_method in q["method"]
+    if case in CT:   # (the format its config names: the layout tells mxfp6 from mxfp4, mxfp8 from float8)
+        assert [m["method"] for m in q["methods"]] == [f"compressed-tensors {CT[case][1]}"]
     sizes = header_sizes(os.path.join(path, "model.safetensors"))
     weights = layout(ckpt).weights.values()
     assert q["stored_bytes"] == sum(sizes[m] for w in weights for m in w.members)

@@ -350,6 +350,7 @@ COMPRESSED = {
     "W4A16": ("pack-quantized", 32), "W8A16": ("int-quantized", 32), "FP8": ("float-quantized", None),
     "FP8_DYNAMIC": ("float-quantized", None), "W8A8": ("int-quantized", None), "W4A16_ASYM": ("pack-quantized", 32),
     "NVFP4A16": ("nvfp4-pack-quantized", 16), "MXFP4A16": ("mxfp4-pack-quantized", 32),
+    "MXFP6A16": ("mxfp6-pack-quantized", 32), "MXFP8A16": ("mxfp8-quantized", 32),
 }
 
 
@@ -657,7 +658,8 @@ def test_compressed_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path):
         [n for n in load_file(os.path.join(src, "model.safetensors")) if n.endswith(".weight_packed")]) - 2
 
 
-@pytest.mark.parametrize("scheme", ["W4A16", "W4A16_ASYM", "FP8_DYNAMIC", "W8A16", "NVFP4A16", "MXFP4A16"])
+@pytest.mark.parametrize("scheme", ["W4A16", "W4A16_ASYM", "FP8_DYNAMIC", "W8A16", "NVFP4A16", "MXFP4A16", "MXFP6A16",
+                                    "MXFP8A16"])
 def test_diff_of_a_model_and_its_compressed_tensors_save_measures_the_quantisation(tmp_path, scheme):
     """`diff MODEL QUANTISED`: each quantised weight compared with its source as the values compressed-tensors'
     decompress returns (not removed + added pieces): max |a - b|, relative L2 and cosine as numpy computes them

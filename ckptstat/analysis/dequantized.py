@@ -7,8 +7,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   mx.dequantize returns them (the scales' dtype in mode affine, bfloat16 in the others), and the gpt-oss release's
   MXFP4 experts as transformers' convert_moe_packed_tensors does (bfloat16): conversion_mlx.Packed decodes both;
 - compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row,
-  tensor or block, as its compressors' decompress returns them (the scales' dtype), its nvfp4- and mxfp4-pack-quantized
-  ones likewise (bfloat16), and transformers' block-scaled FP8
+  tensor or block, as its compressors' decompress returns them (the scales' dtype), its nvfp4-, mxfp4- and
+  mxfp6-pack-quantized and mxfp8-quantized ones likewise (bfloat16), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
 - NVIDIA modelopt's NVFP4 and FP8 weights as its NVFP4QTensor and FP8QTensor dequantize them (in the model's
   dtype): Scaled;
@@ -45,9 +45,10 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "+ bias rounded; bfloat16 in the other modes), the gpt-oss release's MXFP4 experts (_blocks, _scales) as "
         "transformers' convert_moe_packed_tensors does (bfloat16), compressed-tensors' pack-quantized, int-quantized "
         "and float-quantized ones (16-bit scales per group, row, tensor or block) as its decompress does ((code - zero point) "
-        "x scale, rounded once in the scales' dtype), its nvfp4- and mxfp4-pack-quantized ones as its decompress does "
-        "(bfloat16: E2M1 code x the group's E4M3 scale / the global scale in float32, then rounded; code x E8M0 scale, "
-        "rounded once), NVIDIA modelopt's NVFP4 ones as its NVFP4QTensor.dequantize does (code x (scale x weight_scale_2 "
+        "x scale, rounded once in the scales' dtype), its nvfp4-, mxfp4- and mxfp6-pack-quantized and mxfp8-quantized "
+        "ones as its decompress does (bfloat16: E2M1 code x the group's E4M3 scale / the global scale in float32, then "
+        "rounded; E2M1, E2M3 or E4M3 code x E8M0 scale, rounded once), NVIDIA modelopt's NVFP4 ones as its "
+        "NVFP4QTensor.dequantize does (code x (scale x weight_scale_2 "
         "in float32) in float32, then the model's dtype) and FP8 ones as its FP8QTensor.dequantize does (code x the scale "
         "cast to the model's dtype, rounded to it), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
@@ -168,7 +169,9 @@ def _by_last_part(ckpt: Checkpoint, w: QuantWeight) -> dict[str, TensorInfo]:
 
 
 _COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quantized", "float-quantized")}
-_FP4 = {f"compressed-tensors {f}-pack-quantized" for f in ("nvfp4", "mxfp4")}
+_MX = {f"compressed-tensors {f}": d for f, d in (("nvfp4-pack-quantized", ("F4", 4, 16)), ("mxfp4-pack-quantized", ("F4", 4, 32)),
+                                                 ("mxfp6-pack-quantized", ("F6_E2M3", 6, 32)),
+                                                 ("mxfp8-quantized", ("F8_E4M3", 8, 32)))}   # method -> code, bits, group
 
 
 def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
@@ -209,23 +212,25 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
                   cols if scale.numel == 1 else cols // groups, cols, scale.dtype, block_rows)
 
 
-def _fp4(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
-    """compressed-tensors' nvfp4- and mxfp4-pack-quantized weights as Scaled: `weight_packed` uint8 [rows, cols / 2]
-    (two E2M1 codes a byte, the first in the low nibble), `weight_scale` one a group of 16 (nvfp4: float8 E4M3, divided
-    by the float32 `weight_global_scale` in float32) or 32 (mxfp4: E8M0 bytes), read as its decompress returns them
-    (bfloat16: nvfp4's code x scale in float32 first, mxfp4's rounded once). Else None (left out by role)."""
+def _mx(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """compressed-tensors' nvfp4-, mxfp4- and mxfp6-pack-quantized and mxfp8-quantized weights as Scaled: E2M1 codes
+    two a byte, the first in the low nibble (`weight_packed` uint8 [rows, cols / 2]), E2M3 codes four in three bytes,
+    least significant bits first (mxfp6: [rows, cols x 3 / 4]) or float8 E4M3 ones (mxfp8: `weight` [rows, cols]);
+    `weight_scale` one a group of 16 (nvfp4: float8 E4M3, divided by the float32 `weight_global_scale` in float32) or
+    32 (E8M0 bytes), read as its decompress returns them (bfloat16: nvfp4's code x scale in float32 first, the others'
+    rounded once). Else None (left out by role)."""
     m = _by_last_part(ckpt, w)
-    codes, scale, glob = m.get("weight_packed"), m.get("weight_scale"), m.get("weight_global_scale")
-    nv = w.method.endswith("nvfp4-pack-quantized")
-    group = 16 if nv else 32
-    if (codes is None or scale is None or len(w.shape) != 2 or codes.dtype != "U8" or "weight_zero_point" in m
-            or scale.dtype != ("F8_E4M3" if nv else "U8") or (glob is None) == nv):
+    kind, bits, group = _MX[w.method]
+    codes, scale, glob = m.get("weight_packed") or m.get("weight"), m.get("weight_scale"), m.get("weight_global_scale")
+    nv = group == 16
+    if (codes is None or scale is None or len(w.shape) != 2 or codes.dtype != ("F8_E4M3" if bits == 8 else "U8")
+            or "weight_zero_point" in m or scale.dtype != ("F8_E4M3" if nv else "U8") or (glob is None) == nv):
         return None
     rows, cols = w.shape
-    if (cols % group or codes.shape != (rows, cols // 2) or scale.shape != (rows, cols // group)
+    if (cols % group or codes.shape != (rows, cols * bits // 8) or scale.shape != (rows, cols // group)
             or (glob is not None and (glob.dtype != "F32" or glob.shape != (1,)))):
         return None
-    return Scaled(ckpt, codes.name, scale.name, None, "F4", 4, group, cols, "BF16", 1, nv,
+    return Scaled(ckpt, codes.name, scale.name, None, kind, bits, group, cols, "BF16", 1, nv,
                   None if glob is None else glob.name)
 
 
@@ -406,8 +411,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _gpt_oss(ckpt, w)
     if w.method in _COMPRESSED:
         return _compressed(ckpt, w)
-    if w.method in _FP4:
-        return _fp4(ckpt, w)
+    if w.method in _MX:
+        return _mx(ckpt, w)
     if w.method == "modelopt nvfp4":
         return _modelopt_nvfp4(ckpt, w)
     if w.method == "fp8" and _quant_config(ckpt).get("quant_method") == "modelopt":

@@ -32,8 +32,8 @@ class Scaled:
     codes: str
     scales: str
     zeros: str | None
-    kind: str            # "offset" (unsigned codes stored + 2^(bits-1)), "int8" (two's complement), a float8 dtype or
-    bits: int            # "F4" (E2M1 codes two a byte, the first in the low nibble)
+    kind: str            # "offset" (unsigned codes stored + 2^(bits-1)), "int8" (two's complement), a float8 dtype,
+    bits: int            # "F4" (E2M1 codes two a byte, the first in the low nibble) or "F6_E2M3" (four in three bytes)
     group: int
     cols: int
     out_dtype: str       # the scales' dtype (F16 or BF16); block-scaled FP8: the model's; FP4: bfloat16
@@ -54,9 +54,9 @@ class Scaled:
         pack-quantized's offset ones; block-scaled, whole rows of blocks and `blocks`: a group a block, else the
         groups in C order), each group's scale and zero point (float64)."""
         n = (r1 - r0) * self.cols
-        if self.kind == "F4":
-            raw = np.asarray(self.src.read_elements(self.codes, r0 * self.cols // 2, n // 2))
-            q = unpack_bits(raw.astype(np.uint8, copy=False), 4, n)
+        if self.kind in ("F4", "F6_E2M3"):   # (a little-endian bit stream of codes a row: whole bytes)
+            raw = np.asarray(self.src.read_elements(self.codes, r0 * self.cols * self.bits // 8, n * self.bits // 8))
+            q = unpack_bits(raw.astype(np.uint8, copy=False), self.bits, n)
         elif self.src.tensors[self.codes].dtype == "U8" and self.bits < 8:   # two or four codes a byte, low bits first
             per = 8 // self.bits
             raw = np.asarray(self.src.read_elements(self.codes, r0 * self.cols // per, n // per))

@@ -120,7 +120,8 @@ class CTScheme:
     the model's dtype its scales take: per [out, in] linear what the compressor stores (compressed_tensors
     compressors: pack-quantized's int32 words of `bits`-bit codes along the inputs and int64 weight_shape[2];
     int-/float-/naive-quantized's one byte a code; nvfp4's two codes a byte, an E4M3 scale a 16 inputs and fp32
-    global scales; mxfp4's an E8M0 byte a 32)."""
+    global scales; mxfp4's, mxfp6's and mxfp8's an E8M0 byte a 32, their codes two a byte, four in three, one a
+    byte)."""
     fmt: str
     bits: int
     strategy: str                  # tensor, channel, group, block
@@ -140,8 +141,8 @@ class CTScheme:
     def bytes(self, fin: int, fout: int) -> int:
         if self.fmt == "nvfp4-pack-quantized":
             return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.input_scale
-        if self.fmt == "mxfp4-pack-quantized":
-            return -(-fin * fout // 2) + fout * -(-fin // 32)
+        if self.fmt in MX_BITS:   # codes (mxfp6: four in three bytes) and an E8M0 byte a 32 inputs
+            return fout * -(-fin * MX_BITS[self.fmt] // 8) + fout * -(-fin // 32)
         n = self.scales(fin, fout)
         out = n * self.scale_bytes + self.input_scale * self.scale_bytes
         if self.fmt == "pack-quantized":
@@ -158,8 +159,8 @@ class CTScheme:
                 + ("" if self.symmetric else " and zero point") + (", an input scale" if self.input_scale else ""))
 
 
-CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized", "nvfp4-pack-quantized",
-              "mxfp4-pack-quantized")
+MX_BITS = {"mxfp4-pack-quantized": 4, "mxfp6-pack-quantized": 6, "mxfp8-quantized": 8}
+CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized", "nvfp4-pack-quantized", *MX_BITS)
 
 
 def ct_quant(q: dict, skip: tuple[str, ...], path: str, scale_bytes: int) -> tuple[Quant | None, str]:

@@ -351,8 +351,9 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
         label = "fp8" if w.dtype in _F8 else "int8"
         if "weight_scale_inv" in s:
             label += " block-scaled"
-        if method_cfg == "compressed-tensors":
-            label = f"compressed-tensors {'float' if w.dtype in _F8 else 'int'}-quantized"
+        if method_cfg == "compressed-tensors":   # (mxfp8-quantized: float8 codes, an E8M0 byte a group of 32)
+            mx = w.dtype in _F8 and scale is not None and scale.dtype == "U8"
+            label = f"compressed-tensors {'mxfp8' if mx else 'float' if w.dtype in _F8 else 'int'}-quantized"
         return _weight(prefix + "weight", w.shape, label, 8, _pick(s, _MEMBERS["fp8"]))
     return None
 
@@ -448,17 +449,25 @@ def _shape_values(ckpt: Checkpoint, name: str | None) -> tuple[int, ...] | None:
 def _ct_packed(ckpt: Checkpoint, prefix: str, s: dict[str, TensorInfo], q: Mapping[str, Any],
                notes: list[str]) -> QuantWeight:
     """compressed-tensors pack-quantized (int4/int8 packed into int32 along the input dimension,
-    weight_shape holds [out, in]); nvfp4/mxfp4-pack-quantized (two fp4 values per uint8)."""
+    weight_shape holds [out, in]); nvfp4/mxfp4-pack-quantized (two fp4 values per uint8); mxfp6-pack-quantized
+    (four E2M3 values in three bytes, an E8M0 scale a group of 32: which of the two mx formats, from the packed bytes a
+    scale)."""
     p = s["weight_packed"]
     members = _pick(s, _MEMBERS["compressed-tensors"])
-    if p.dtype == "U8":      # two fp4 values per byte
-        per, most = 2, 2
-        fp4 = "nvfp4" if "weight_global_scale" in s else "mxfp4"
-        method = f"compressed-tensors {fp4}-pack-quantized"
+    if p.dtype == "U8":      # fp4 two values a byte, fp6 four in three bytes
+        sc = s.get("weight_scale")
+        if "weight_global_scale" in s:
+            fp = "nvfp4"
+        elif sc is not None and p.shape and sc.shape:   # 32 inputs a scale: 24 bytes at 6 bits, 16 at 4
+            fp = "mxfp6" if p.shape[-1] == 24 * sc.shape[-1] else "mxfp4"
+        else:
+            fp = "mxfp6" if _ct_bits(q, 4) == 6 and p.shape and p.shape[-1] % 3 == 0 else "mxfp4"
+        per, most = (4 / 3, 2) if fp == "mxfp6" else (2, 2)
+        method = f"compressed-tensors {fp}-pack-quantized"
     else:                    # int values packed into int32 (pack_to_int32 along the last dimension)
         per, most = 32 // _ct_bits(q, 4), 32
         method = "compressed-tensors pack-quantized"
-    guess = (*p.shape[:-1], p.shape[-1] * per) if p.shape else (per,)
+    guess = (*p.shape[:-1], round(p.shape[-1] * per)) if p.shape else (round(per),)
     shape = _shape_values(ckpt, prefix + "weight_shape") if "weight_shape" in s else None
     if shape is not None and not (len(shape) == len(p.shape) and shape[:-1] == p.shape[:-1]
                                   and p.shape[-1] <= shape[-1] <= p.shape[-1] * most):
