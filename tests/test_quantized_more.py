@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from test_quantized import assert_bin_counts_the_same, assert_like_unquantised, header_sizes  # noqa: E402
 
@@ -278,3 +279,39 @@ def test_hqq_native_stored_bytes(tmp_path):
     bare = open_checkpoint(str(tmp_path / "qmodel.pt"))
     assert summarize(bare)["parameters"]["unique"] == e["parameters"]
     assert any("shape unknown" in n for n in summarize(bare)["quantization"]["notes"])
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_transformers_fp8_moe_experts_keep_their_scales_fused(family, tmp_path, monkeypatch):
+    """transformers 5's FineGrainedFP8 on a MoE (its quantizer run on the CPU: its GPU check bypassed, the code that
+    quantises and saves is its own): save_pretrained splits the fused float8 experts back into per-expert linears but
+    keeps each block's `<proj>_scale_inv` fused [E, ...]; those scales are the experts' scales, not parameters, so
+    the count is the unquantised model's parameters() and the checkpoint resolves, cross-checks and counts FLOPs as
+    the unquantised save does. Before: each fused scale counted as a parameter (384 too many here) and unexpected."""
+    from transformers import AutoModelForCausalLM, FineGrainedFP8Config, MixtralConfig, Qwen3MoeConfig
+    from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
+
+    common = dict(vocab_size=128, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=64, torch_dtype="bfloat16", tie_word_embeddings=False)
+    cfg = (Qwen3MoeConfig(**common, intermediate_size=256, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                          head_dim=32) if family == "qwen3_moe"
+           else MixtralConfig(**common, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    plain, quantised = str(tmp_path / "plain"), str(tmp_path / "fp8")
+    model.save_pretrained(plain)
+    monkeypatch.setattr(FineGrainedFP8HfQuantizer, "validate_environment", lambda self, *a, **k: None)
+    q = AutoModelForCausalLM.from_pretrained(plain, quantization_config=FineGrainedFP8Config(weight_block_size=(32, 32)),
+                                             device_map="cpu")
+    q.save_pretrained(quantised)
+    with safe_open(os.path.join(quantised, "model.safetensors"), "pt") as f:
+        stored = {k: (str(f.get_slice(k).get_dtype()), f.get_slice(k).get_shape()) for k in f.keys()}
+    fused = [k for k in stored if k.endswith("proj_scale_inv") and ".experts." in k and ".experts.0." not in k]
+    assert fused and all(len(stored[k][1]) == 3 for k in fused)   # (the layout this test is about)
+    r = summarize(open_checkpoint(quantised))
+    assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
+    roles = {row["name"]: row["role"] for row in tensors(open_checkpoint(quantised))["tensors"]}
+    assert all(roles[k] == "scale" for k in fused)
+    assert all(roles[k] == "quantized-weight" for k, (dt, _) in stored.items() if dt == "F8_E4M3")
+    assert_like_unquantised(quantised, plain)

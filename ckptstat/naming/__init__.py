@@ -336,6 +336,7 @@ QUANT_MEMBER_ROLES = {
     "compressed": "packed-weight", "bitmask": "sparsity-mask", "row_offsets": "sparsity-offsets",   # compressed-tensors sparse
     "shape": "logical-shape",
     "weight_scale_inv": "scale", "activation_scale": "input-scale",                                  # FP8 (DeepSeek-V3, fbgemm)
+    "gate_up_proj_scale_inv": "scale", "down_proj_scale_inv": "scale",          # transformers' FP8 experts, scales fused
     "weight_scale_2": "scale",                                                                       # modelopt NVFP4
     "input_scale": "input-scale", "input_zero_point": "input-scale", "input_global_scale": "input-scale",
     "input_scale_ub": "input-scale",

@@ -26,7 +26,7 @@ from ...core import Checkpoint, TensorInfo, dtypes
 from ...errors import CkptstatError
 from ...families.framework.base import config_dtype as base_config_dtype
 from ...naming import name_forms, quant_member_role
-from . import keras, mlx, quanto_hqq_torchao
+from . import fp8_experts, keras, mlx, quanto_hqq_torchao
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
 _LAYOUT = "quant:layout"    # Checkpoint.derived keys; a logical view holds its source's layout and is its own view
@@ -258,6 +258,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
         w = _module(ckpt, mod, s, q, method_cfg, shapes, notes)
         if w is not None:
             weights.append(w)
+    weights += [_weight(n, m[n].shape, "fp8 block-scaled", 8, m) for n, m in fp8_experts.experts(T, modules)]
     kl = keras.layers(T, keras.modes(ckpt.metadata)) if keras.LITERAL in joined else None   # Keras 3 `vars/<i>`
     if kl is not None:
         weights += [_weight(f.name, f.shape, f.method, f.bits, f.members) for f in kl.weights]
