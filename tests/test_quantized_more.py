@@ -315,3 +315,27 @@ def test_transformers_fp8_moe_experts_keep_their_scales_fused(family, tmp_path, 
     assert all(roles[k] == "scale" for k in fused)
     assert all(roles[k] == "quantized-weight" for k, (dt, _) in stored.items() if dt == "F8_E4M3")
     assert_like_unquantised(quantised, plain)
+    # stats: each expert's weight is what transformers' Fp8Dequantize makes of the fused tensors its loader reads back
+    # (the expert's slice of the fused weight and of its scale grid), in the model's dtype
+    from test_stats_dequantized import _by_name, _check, _report
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+
+    loaded = AutoModelForCausalLM.from_pretrained(quantised, device_map="cpu").state_dict()
+    rows, checked = _by_name(_report(quantised)), 0
+    for k, v in loaded.items():
+        if k.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            layer, fused_name = k.split(".mlp.")[0] + ".", k.rpartition(".")[2] + "_scale_inv"   # (Mixtral's file:
+            (at,) = [n.rpartition(".")[0] for n in stored if n.startswith(layer) and n.endswith("experts." + fused_name)]
+            parts = [n for n in stored if n.startswith(at + ".0.")]   # block_sparse_moe, its experts w1, w3, w2)
+            gate_up = k.endswith("gate_up_proj")
+            names = sorted(parts, key=lambda n: ("gate" not in n and "w1" not in n, n))
+            for e in range(v.shape[0]):
+                x = Fp8Dequantize(None)._dequantize_one(v[e], loaded[k + "_scale_inv"][e], torch.bfloat16)
+                split = (x[: x.shape[0] // 2], x[x.shape[0] // 2:]) if gate_up else (x,)
+                mine = [n for n in names if ("down" in n or "w2" in n) != gate_up]
+                for name, y in zip(mine, split):
+                    name = name.replace(".experts.0.", f".experts.{e}.")
+                    assert rows[name]["dtype"] == "BF16"
+                    _check(rows[name], y)
+                    checked += 1
+    assert checked == sum(1 for dt, _ in stored.values() if dt == "F8_E4M3") - 8   # (all but the attention's)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..census.quant import CONFIG_DTYPES, QuantWeight, collapsed, config_dtype, layout, logical, pin_rest
+from ..census.quant import CONFIG_DTYPES, QuantWeight, collapsed, config_dtype, fp8_experts, layout, logical, pin_rest
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import decode
 from ..core.tensor import Reader, read_flat_file
@@ -322,17 +322,22 @@ def _block_structure(cfg: dict | None) -> tuple[int, int] | None:
 def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """transformers' block-scaled FP8 (FineGrainedFP8: DeepSeek-V3's layout): a 2-D float8 `weight` and its
     `weight_scale_inv` grid (float32, bfloat16, float16, or E8M0 bytes) whose blocks divide the weight (Fp8Dequantize
-    derives the block from the grid), read in the model's dtype (config.json's, F16 or BF16). Else None."""
+    derives the block from the grid), read in the model's dtype (config.json's, F16 or BF16). A MoE expert's weight
+    whose scales its block keeps fused (census/quant/fp8_experts.py): its part of that grid. Else None."""
     m = _by_last_part(ckpt, w)
     codes, scale = m.get("weight"), m.get("weight_scale_inv")
+    fused = fp8_experts.scale_of(w.name, ckpt.tensors) if scale is None else None
+    scale = ckpt.tensors[fused[0]] if fused else scale
     dtype = _model_dtype(ckpt)
     if (codes is None or scale is None or dtype is None or codes.dtype not in ("F8_E4M3", "F8_E5M2")
-            or len(codes.shape) != 2 or len(scale.shape) != 2 or scale.dtype not in ("F32", "BF16", "F16", "U8")):
+            or len(codes.shape) != 2 or len(scale.shape) != (3 if fused else 2)
+            or scale.dtype not in ("F32", "BF16", "F16", "U8")):
         return None
-    (rows, cols), (srows, scols) = codes.shape, scale.shape
+    (rows, cols), (srows, scols) = codes.shape, fused[2:] if fused else scale.shape
     if not srows or not scols or rows % srows or cols % scols:
         return None
-    return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, cols // scols, cols, dtype, rows // srows, True)
+    return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, cols // scols, cols, dtype, rows // srows, True,
+                  scale_at=fused[1] if fused else 0)
 
 
 def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:

@@ -44,6 +44,7 @@ class Scaled:
     scale_rounded: bool = False       # the scale rounded to out_dtype first (modelopt's FP8: both factors cast)
     factor: float | None = None       # a float32 constant the float32 product is then multiplied by, in float32
                                       # (bitsandbytes' int8_vectorwise_dequant: x 1/127)
+    scale_at: int = 0                 # the element its scales start at (a MoE expert's part of its block's fused grid)
 
     @property
     def rows(self) -> int:
@@ -101,7 +102,7 @@ class Scaled:
 
     def _scales(self, at: int, count: int) -> np.ndarray:
         """Scales [at, at + count) in float64; E8M0 bytes as 2^(byte - 127) (in float32: 255 is +Inf)."""
-        s = np.asarray(self.src.read_elements(self.scales, at, count))
+        s = np.asarray(self.src.read_elements(self.scales, self.scale_at + at, count))
         if self.src.tensors[self.scales].dtype == "U8":
             with np.errstate(over="ignore"):
                 return np.exp2(s.astype(np.float64) - 127).astype(np.float32).astype(np.float64)

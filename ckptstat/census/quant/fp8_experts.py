@@ -7,6 +7,7 @@ back beside the re-fused weights. Each per-expert weight is an `fp8 block-scaled
 the fused scale is a member of the block's first expert's first weight (its bytes counted once), role `scale`."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 
 from ...core import TensorInfo
@@ -34,3 +35,25 @@ def experts(T: Mapping[str, TensorInfo],
                     for i, n in enumerate(names):
                         yield n, {n: T[n], scale.name: scale} if i == 0 else {n: T[n]}
                     break
+
+
+_EXPERT = re.compile(r"^(?P<m>.+\.experts)\.(?P<e>\d+)\.(?P<part>\w+)\.weight$")
+
+
+def scale_of(name: str, T: Mapping[str, TensorInfo]) -> tuple[str, int, int, int] | None:
+    """Where a per-expert weight's scales lie in its block's fused `<fused>_scale_inv` [E, R, C]: (its name, the
+    element its grid starts at, the grid's rows and columns): expert e's [R, C], its parts' rows in order (gate then
+    up, as the fused weight's rows are), or None."""
+    m = _EXPERT.match(name)
+    if m is None:
+        return None
+    for fused, options in FUSED.items():
+        scale = T.get(f"{m['m']}.{fused}_scale_inv")
+        if scale is None or len(scale.shape) != 3:
+            continue
+        for parts in options:
+            e, (experts, rows, cols) = int(m["e"]), scale.shape
+            if m["part"] in parts and e < experts and rows % len(parts) == 0:
+                per = rows // len(parts)
+                return scale.name, (e * rows + parts.index(m["part"]) * per) * cols, per, cols
+    return None
