@@ -221,3 +221,31 @@ def test_compressed_tensors_configs_not_planned_are_said(tmp_path, cli):
         w = _resident(cli, _write(tmp_path, cfg, "LlamaForCausalLM", quant))
         assert "quant_method 'compressed-tensors'" in w["rule"] and "is not planned" in w["rule"], w["rule"]
         assert w["bytes"] == 2 * sum(p.numel() for p in meta_model(T.LlamaForCausalLM, cfg).parameters())
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("skip", [["lm_head"], ["lm_head", "experts"], ["lm_head", "mlp.experts"]])
+def test_fp8_config_leaving_the_experts_plans_what_transformers_holds(tmp_path, cli, monkeypatch, skip):
+    """transformers' FineGrainedFP8 on a Qwen3-MoE (its quantizer run on the CPU, its GPU check bypassed): the
+    experts are one module holding the fused projections, so `modules_to_not_convert: ["experts"]` (a suffix of that
+    module's name) leaves them in bfloat16; the plan of its config.json alone is the bytes of the state_dict
+    transformers loads from its save. Before, the plan matched the entry against the projections' names and
+    quantised the experts anyway."""
+    from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
+
+    cfg = T.Qwen3MoeConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=4,
+                           num_experts_per_tok=2, moe_intermediate_size=128, torch_dtype="bfloat16",
+                           tie_word_embeddings=False)
+    torch.manual_seed(0)
+    T.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(str(tmp_path / "plain"))
+    monkeypatch.setattr(FineGrainedFP8HfQuantizer, "validate_environment", lambda self, *a, **k: None)
+    fp8 = T.FineGrainedFP8Config(weight_block_size=(32, 32), modules_to_not_convert=skip)
+    q = T.AutoModelForCausalLM.from_pretrained(str(tmp_path / "plain"), quantization_config=fp8, device_map="cpu")
+    q.save_pretrained(str(tmp_path / "fp8"))
+    loaded = T.AutoModelForCausalLM.from_pretrained(str(tmp_path / "fp8"), device_map="cpu")
+    held = sum(t.numel() * t.element_size() for t in loaded.state_dict().values())
+    experts = loaded.state_dict()["model.layers.0.mlp.experts.down_proj"]
+    assert (experts.dtype == torch.bfloat16) == (len(skip) > 1)   # (what the entry does in transformers)
+    shutil.copy(tmp_path / "fp8" / "config.json", tmp_path / "alone.json")
+    assert _resident(cli, str(tmp_path / "alone.json"))["bytes"] == held

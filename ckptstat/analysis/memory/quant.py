@@ -76,13 +76,16 @@ class Quant:
     def converts(self, module: str) -> bool:
         """Whether a block linear of the op template (`layers[24].mlp.experts[32].gate_up_proj (top-4)`) is
         quantised: MXFP4 the experts only; every other layout every linear but the routers and the skipped modules
-        (transformers' `should_convert_module`: an entry matching at the name's start, as a regex, or ending it)."""
+        (transformers' `should_convert_module`: an entry matching at the name's start, as a regex, or ending it). A
+        MoE's experts are one module holding the fused projections (`mlp.experts`, its `gate_up_proj` a parameter):
+        an entry matching that module's name leaves them all alone, as the quantizer tests that name."""
         name = hf_name(module)
         if self.name == "mxfp4" and ".experts." not in name:
             return False
         if ROUTER.search(module) or ROUTER.search(name):
             return False
-        return not any(rx.match(name) or name.endswith(k) for k, rx in _skipped(self.skip))
+        names = (name, name.rpartition(".")[0]) if ".experts." in name else (name,)
+        return not any(rx.match(n) or n.endswith(k) for k, rx in _skipped(self.skip) for n in names)
 
     def leaving(self, modules: tuple[str, ...]) -> Quant:
         """This layout, leaving `modules` (the class's _keep_in_fp32_modules) unconverted too where its transformers
