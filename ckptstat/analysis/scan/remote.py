@@ -91,7 +91,7 @@ def trace_url(url: str) -> Trace:
         f = open_regular(url)
     with f, reading(shown, "reading"):
         size = size_of(f)
-        if by_safetensors(t, download_name(url), pread(f, min(9, size), 0)):
+        if by_safetensors(t, download_name(url), size, lambda n, at: pread(f, min(n, size - at, bound), at)):
             return t
         if pread(f, 1, 0) == b"\x80" and size <= bound:   # a pickle (PROTO 2+) torch.load reads through: whole
             follow(t, io.BytesIO(pread(f, size, 0)), size)

@@ -23,16 +23,19 @@ walked and listed too, apart.
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ...core.limits import limits
 from ...core.tar import TarHeaderBound, bounded_tarinfo
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound, reading
+from ...formats.safetensors import MAX_HEADER
 from ...formats.torch.allowlist import STORAGE_ITEMSIZE, allowed_name
 from ...formats.torch.containers import LEGACY_MAGIC, LEGACY_PROTOCOL, TorchZip, raw_name
 from ...formats.torch.pickle_machine import UNKNOWN, Global, Opaque, Walk
@@ -405,9 +408,9 @@ def trace(path: str) -> Trace:
     with reading(path):
         f = open(path, "rb")
     with f, reading(path, "reading"):
-        if not by_safetensors(t, path, f.read(9)):
-            f.seek(0)
-            follow(t, f, os.fstat(f.fileno()).st_size)
+        size = os.fstat(f.fileno()).st_size
+        if not by_safetensors(t, path, size, lambda n, at: (f.seek(at), f.read(n))[1]):
+            follow(t, f, size)
     return t
 
 
@@ -416,16 +419,25 @@ SAFETENSORS_PATH = ("torch.load (2.13) hands a path named *.safetensors to safet
                     "it: judged as that")
 
 
-def by_safetensors(t: Trace, name: str, head: bytes) -> bool:
+def by_safetensors(t: Trace, name: str, size: int, read: Callable[[int, int], bytes]) -> bool:
     """Whether torch.load hands the file to safetensors and no loader unpickles it: a file named (`name`) `*.safetensors`
-    whose bytes (`head`, its first 9) open as a safetensors file does (8-byte header length, then its JSON). A pickle
-    or zip behind the name is followed as torch.load reads it elsewhere (older torch, a file object), the name noted."""
+    of `size` bytes (`read(n, offset)`) that safetensors opens: an 8-byte header length within the file and
+    MAX_HEADER, then that many bytes of UTF-8 JSON holding an object. Any other bytes behind the name (a pickle or
+    zip; one whose 9th byte alone is `{`) are followed as torch.load reads them elsewhere (older torch, a file object)
+    and np.load(allow_pickle=True) anywhere, the name noted."""
     if not name.endswith(".safetensors"):
         return False
-    if head[8:9] == b"{":
-        t.format = "safetensors (by name)"
-        t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
-        return True
+    head = read(8, 0)
+    n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+    if 2 <= n <= min(MAX_HEADER, size - 8):
+        try:
+            header = json.loads(read(n, 8).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            header = None
+        if isinstance(header, dict):
+            t.format = "safetensors (by name)"
+            t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
+            return True
     t.notes.append(SAFETENSORS_PATH)
     return False
 
