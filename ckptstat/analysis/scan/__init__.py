@@ -346,7 +346,11 @@ def _scan_local(path: str) -> dict[str, Any]:
             t = trace(path)
     except CheckpointError as e:
         torch_error = e
-    other = scan_other(path, t)   # (before torch.load's report: loaders.py `judge_other`)
+    other, other_error = None, None
+    try:
+        other = scan_other(path, t)   # (before torch.load's report: loaders.py `judge_other`)
+    except CheckpointError as e:   # (never the verdict while torch.load's path reaches something: verdict.py)
+        other_error = e
     if t is not None:
         try:
             torch_report = finish(t)
@@ -356,4 +360,4 @@ def _scan_local(path: str) -> dict[str, Any]:
     def head(n: int) -> bytes:
         with open_regular(path) as f:
             return f.read(n)
-    return combine(path, torch_report, torch_error, other, head)
+    return combine(path, torch_report, torch_error, other, head, other_error)

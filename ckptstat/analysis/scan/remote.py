@@ -163,7 +163,11 @@ def scan_url(url: str, judge: Judge | None = None) -> dict[str, Any]:
             return training_args_note(url, by_own)
         torch_report: dict[str, Any] | None = None
         torch_error: CheckpointError | None = None
-        other = _other_url(url, t)   # (before torch.load's report: loaders.py `judge_other`)
+        other, other_error = None, None
+        try:
+            other = _other_url(url, t)   # (before torch.load's report: loaders.py `judge_other`)
+        except CheckpointError as e:   # (as for a local file: verdict.py `combine`)
+            other_error = e
         try:
             torch_report = finish(t)
         except CheckpointError as e:
@@ -173,7 +177,7 @@ def scan_url(url: str, judge: Judge | None = None) -> dict[str, Any]:
             with open_regular(url) as f:
                 return pread(f, n, 0)
         try:
-            r = training_args_note(url, combine(url, torch_report, torch_error, other, head))
+            r = training_args_note(url, combine(url, torch_report, torch_error, other, head, other_error))
         except CorruptCheckpointError:   # no loader reads a pickle from it whole: an archive users extract?
             archive = _archive_url(url, judge) if judge is not None else None
             if archive is None:

@@ -45,9 +45,17 @@ def raises(r: dict[str, Any]) -> bool:
 
 
 def combine(path: str, torch_report: dict[str, Any] | None, torch_error: CheckpointError | None,
-            other: dict[str, Any] | None, head: Callable[[int], bytes]) -> dict[str, Any]:
+            other: dict[str, Any] | None, head: Callable[[int], bytes],
+            other_error: CheckpointError | None = None) -> dict[str, Any]:
     """The file's report: torch.load's (`torch_report`, or `torch_error` when it cannot read the file) against the
-    other loaders' (`other`, None when none reads it); `head(n)`, the file's first n bytes (read only when needed)."""
+    other loaders' (`other`, None when none reads it; `other_error`, why the loader its bytes name cannot read it: a
+    GGUF's, a config's); `head(n)`, the file's first n bytes (read only when needed). The other loader's error is the
+    file's only where torch.load's path reaches nothing unsafe or unknown: a pickle behind a GGUF's magic (`G` is
+    BINFLOAT) runs under torch.load whatever the GGUF reader makes of it."""
+    if other_error is not None:
+        if torch_report is None or torch_report["status"] == "safe":
+            raise other_error
+        torch_report["notes"].append(f"its bytes also name another loader, which cannot read them: {other_error.reason}")
     if other is None and (torch_report is None or extension_codes_only(torch_report)):
         first = head(HEAD)
         if looks_like_flax(first, whole=len(first) < HEAD):
