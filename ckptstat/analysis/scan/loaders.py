@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ...core.archive_magic import codec
-from ...core.files import open_regular
+from ...core.files import followed, open_regular
 from ...core.io import prefetch
 from ...core.limits import limits
 from ...core.urls import file_name
@@ -315,8 +315,12 @@ def _dcp_items(t: Trace) -> None:
 
     if len(items) > MAX_OBJECTS:
         t.unknown.append(f"{len(items):,} non-tensor items: scan traces the first {MAX_OBJECTS:,}")
+    real_root = os.path.realpath(os.path.dirname(os.path.abspath(t.path)))
     for name, item in list(items.items())[:MAX_OBJECTS]:
         where = f"{os.path.basename(item.file)} item {name[:80]!r} at {item.offset:,}"
+        if os.path.islink(item.file) and not followed(item.file, real_root):   # as a folder's scan: never read
+            t.unknown.append(f"{where}: {os.path.basename(item.file)} is a link to outside the folder: not followed")
+            continue
         if item.extensions and not (extensions.decodable(item) and extensions.available()):
             why = ("needs the 'zstd' extra to decode (zstandard is not installed): pip install 'ckptstat[zstd]'"
                    if extensions.decodable(item) else "which scan does not decode")

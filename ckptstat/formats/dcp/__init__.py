@@ -30,7 +30,7 @@ from typing import IO, Any
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.chunked import Assembler
 from ...core.chunked import Box as _Chunk
-from ...core.files import file_size, open_regular
+from ...core.files import check_inside, file_size, open_regular
 from ...core.io import RawFile, Window, contiguous_strides, pread, read_view
 from ...core.tensor import apply_math_bits, read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
@@ -84,6 +84,7 @@ class _DcpUnpickler(RecordingUnpickler):
 
 
 def _read_metadata(path: str) -> Record:
+    check_inside(path, "file")   # (every file of the folder before it is opened: docs/security.md)
     size = file_size(path)
     if size > MAX_METADATA:
         raise CorruptCheckpointError(path, f"{METADATA} is {size:,} bytes, more than the {MAX_METADATA:,} read")
@@ -129,6 +130,7 @@ def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dic
             raise CorruptCheckpointError(path, f"{fqn!r}: transform_descriptors is {str(ext)[:60]}, not a list of names")
         if rel not in sizes:
             file = os.path.join(folder, rel)
+            check_inside(file, "file", path)   # a rank's file linked out of the folder: refused before it is read
             if not os.path.isfile(file):
                 raise CorruptCheckpointError(path, f"{fqn!r} is stored in {rel!r}, which is missing")
             sizes[rel] = file_size(file)

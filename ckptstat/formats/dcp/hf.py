@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.chunked import Box as _Chunk
+from ...core.files import check_inside
 from ...errors import CorruptCheckpointError
 from ..registry import _FOLDER_HOOKS, DCP_SHARD
 from ..safetensors import open_safetensors
@@ -56,6 +57,7 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoi
     chunks: dict[str, list[_Chunk]] = {}
     files = tuple(os.path.join(folder, n) for n in names)
     for path in files:
+        check_inside(path, "file", folder)   # (before it is read: docs/security.md)
         part = open_safetensors(path)
         for name, offs in _offsets(path, part).items():
             chunks.setdefault(name, []).append(_Chunk(offs, part.tensors[name].shape, part.tensors[name]))

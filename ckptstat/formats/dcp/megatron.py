@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core import Checkpoint, TensorInfo
-from ...core.files import file_size, open_regular
+from ...core.files import check_inside, file_size, open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.values import MAX_OBJECTS, flat, row
@@ -43,6 +43,7 @@ def config_of(folder: str) -> dict[str, Any] | None:
     """The folder's Megatron `metadata.json` when it names a sharded backend, else None (a DCP folder of another
     writer, or a metadata.json of something else)."""
     path = os.path.join(folder, CONFIG)
+    check_inside(path, "file", folder)   # (metadata.json and common.pt before they are read: docs/security.md)
     if not os.path.isfile(path) or file_size(path) > MAX_CONFIG:
         return None
     try:
@@ -60,6 +61,7 @@ def common_objects(folder: str) -> dict[str, dict[str, Any]]:
     formats/torch/data_classes.py); a pickle calling any other such global is left unread, the global named
     (`ckptstat scan` judges the file)."""
     path = os.path.join(folder, COMMON)
+    check_inside(path, "file", folder)
     if not os.path.isfile(path):
         return {}
     size = file_size(path)
