@@ -223,7 +223,9 @@ def _folder_suffixes() -> Iterator[str]:
 
 
 def read_json(path: str, cap: int, what: str) -> Any:
-    """A JSON file of at most `cap` bytes (a regular file: never a FIFO or /dev/zero)."""
+    """A JSON file of at most `cap` bytes (a regular file: never a FIFO or /dev/zero), inside the current scope (a
+    folder's trainer_state.json linked out of it was read and shown: docs/security.md)."""
+    check_inside(path, what)
     with open_regular(path, what) as f:
         size = size_of(f)
         if size > cap:

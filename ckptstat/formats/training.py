@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..core import Checkpoint
-from ..core.files import open_regular
+from ..core.files import check_inside, open_regular
 from ..core.limits import limits
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, reading, short_text
 from .deepspeed_zero3 import gather, is_zero3, part_prefix
@@ -130,6 +130,7 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoi
 
 def _latest(folder: str) -> str:
     p = os.path.join(folder, DEEPSPEED_LATEST)
+    check_inside(p, "file", folder)   # (its text is shown when it is no tag: never an outside file's)
     with open_regular(p) as f:
         tag = f.read(256).decode("utf-8", "replace").strip()
     if not _DS_TAG.match(tag) or tag in (".", ".."):
