@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core import Checkpoint
+from ..core.files import check_inside, external_allowed, scope_for, scoped
 from ..core.limits import limits
 from ..errors import FileNotFound, NoAnalyticModel, UsageError
 from ..families import get, language_model
@@ -125,7 +126,11 @@ def folder_config(path: str, config: str | None) -> str | None:
     """A local folder's config.json where the folder holds no weights file (a config downloaded alone): read as a
     bare config; None otherwise (a folder of weights, or one resolve_folder refuses for another reason)."""
     found = os.path.join(path, "config.json")
-    if config is not None or not os.path.isdir(path) or not is_bare_config(found):
+    if config is not None or not os.path.isdir(path):
+        return None
+    with scoped(scope_for(path, external_allowed())):   # a config.json linked out of the folder: refused, never read
+        check_inside(found, "config", path)
+    if not is_bare_config(found):
         return None
     try:
         resolve_folder(path)
