@@ -62,6 +62,7 @@ from ...formats.torch.pickle_machine import IMPORTS
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource, PastBound, Source
 from ...formats.torch.training import DeepSpeedUnpickler
+from ...formats.torch.values import MAX_OBJECTS
 from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
@@ -304,22 +305,18 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
 
 
 def _dcp_items(t: Trace) -> None:
-    """The folder's non-tensor items, each a torch.save zip that DCP's load reads with torch.load(weights_only=False)
-    (formats/dcp/objects.py): traced as torch.load would read them, their globals judged by torch's allowlist. When
-    the metadata cannot be read (or is unsafe: its own findings say so) there are no items to follow."""
+    """The folder's non-tensor items, torch.save zips DCP's load reads with torch.load(weights_only=False) (formats/dcp/
+    objects.py), traced so and judged by torch's allowlist; none when the metadata cannot be read (or is unsafe)."""
     try:
         items = dcp.object_items(t.path)
     except CkptstatError:
         return
-    from ...formats.torch.values import MAX_OBJECTS
-
     if len(items) > MAX_OBJECTS:
         t.unknown.append(f"{len(items):,} non-tensor items: scan traces the first {MAX_OBJECTS:,}")
-    real_root = os.path.realpath(os.path.dirname(os.path.abspath(t.path)))
     for name, item in list(items.items())[:MAX_OBJECTS]:
         where = f"{os.path.basename(item.file)} item {name[:80]!r} at {item.offset:,}"
-        if os.path.islink(item.file) and not followed(item.file, real_root):   # as a folder's scan: never read
-            t.unknown.append(f"{where}: {os.path.basename(item.file)} is a link to outside the folder: not followed")
+        if os.path.islink(item.file) and not followed(item.file, os.path.realpath(os.path.dirname(item.file))):
+            t.unknown.append(f"{where}: a link to outside the folder: not followed")   # (as a folder's scan: never read)
             continue
         if item.extensions and not (extensions.decodable(item) and extensions.available()):
             why = ("needs the 'zstd' extra to decode (zstandard is not installed): pip install 'ckptstat[zstd]'"
