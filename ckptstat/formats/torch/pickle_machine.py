@@ -137,6 +137,10 @@ class Fail(Exception):
     pass
 
 
+class TooManyDigits(Fail):
+    """An INT / LONG text argument past Python's digit limit: the default unpickler raises, BIG_INT_LOADERS read on."""
+
+
 class Incomplete(Exception):
     """The walk cannot tell what the loader reads next (a `Builds` says why): the rest of the pickle is unknown."""
 
@@ -166,6 +170,8 @@ MAX_INT_DIGITS = sys.int_info.default_max_str_digits
 # (joblib's NumpyUnpickler subclasses it), which reads a FRAME longer than the data short
 LATIN1_LOADERS = "pickle.load(encoding='latin1'), np.load(encoding='latin1'), pandas.read_pickle"
 PURE_PYTHON_LOADERS = "pickle._Unpickler and joblib.load (Python's pure-Python unpickler reads a short FRAME as it is)"
+BIG_INT_LOADERS = ("a process without Python's int digit limit (PYTHONINTMAXSTRDIGITS=0, -X int_max_str_digits=0, "
+                   "sys.set_int_max_str_digits(0), Python before 3.10.7)")
 
 
 def text_int(line: bytes, long: bool) -> object:
@@ -180,7 +186,7 @@ def text_int(line: bytes, long: bool) -> object:
     if not digits.isdigit() or not digits.isascii() or (len(digits) > 1 and digits[:1] == b"0"):
         return UNKNOWN
     if len(digits) > MAX_INT_DIGITS:   # (PyLong_FromString's limit: the unpickler raises ValueError here)
-        raise Fail(f"an integer of {len(digits):,} digits (over Python's {MAX_INT_DIGITS:,})")
+        raise TooManyDigits(f"an integer of {len(digits):,} digits (over Python's {MAX_INT_DIGITS:,})")
     value = int(body)
     if not long and len(line) == 3 and value in (0, 1):   # a 2-character line holding 0 or 1 is a bool
         return bool(value)
