@@ -16,7 +16,8 @@ from census_audit import saved_state
 from safetensors.torch import save_file
 
 from ckptstat import open_checkpoint
-from ckptstat.analysis.diff import _key, diff, gguf_rules
+from ckptstat.analysis.conversion import gguf_rules
+from ckptstat.analysis.diff import _key, diff
 from ckptstat.core import Checkpoint, TensorInfo
 from ckptstat.families import FAMILIES, get
 

@@ -368,6 +368,40 @@ def generated(gguf: Checkpoint, hf: Checkpoint, name: str, read: bool = True) ->
     return f"computed by llama.cpp's converter from config.json's {found[1]}"
 
 
+# the buckets of a multimodal model's towers and projectors (naming/): llama.cpp's converter writes them to a separate
+# mmproj-*.gguf (convert_hf_to_gguf.py --mmproj), never to the model's file, whose diff lists them `dropped`
+MMPROJ_BUCKETS = ("vision", "audio")
+# a multimodal wrapper's language model, which the converter writes under the text model's names (transformers 5's
+# model.language_model.*, 4's language_model.model.*): the HF side's rule in a GGUF diff
+WRAPPED_LM = (re.compile(r"^(model\.)?language_model\.(model\.)?"), "model.")
+
+
+def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]] | None:
+    """(what, rules) turning a GGUF file's llama.cpp names into HF names, from its family's
+    gguf_tensor_names table; None when the family has none."""
+    from ..census import architecture
+    from ..errors import CkptstatError
+    from ..families import get
+
+    name = architecture(ckpt)["family"]
+    try:
+        table = get(name).gguf_tensor_table(ckpt.declared_architecture or "", ckpt.tensors.keys())
+    except CkptstatError:
+        return None
+    if not table:
+        return None
+    rules = []
+    for hf, gg in table:
+        gg_rx = re.escape(gg).replace(re.escape("{bid}"), r"(\d+)")
+        if "{xid}" in hf:   # an expert's slice of a stack (_unstacked names it `blk.N.ffn_gate_exps.weight[E]`)
+            rules.append((re.compile(f"^{gg_rx}(\\.weight|\\.bias)\\[(\\d+)\\]$"),
+                          hf.replace("{bid}", r"\1").replace("{xid}", r"\3") + r"\2"))
+            continue
+        # the module's name, then .weight / .bias or nothing (Mamba's ssm_a, ssm_d are A_log, D)
+        rules.append((re.compile(f"^{gg_rx}(?=\\.|$)"), hf.replace("{bid}", r"\1")))
+    return f"GGUF -> HF names ({name} family)", rules
+
+
 # ------------------------------------------------------------------------------------------ rounding
 MAX_EXPERTS = 1 << 16   # a stack with more slices than this stays whole (hostile headers: no loop on a claim)
 # half an ulp of a float dtype: relative, and its floor (half the smallest subnormal)

@@ -20,19 +20,22 @@ from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.dtypes import can_decode
 from ..core.tensor import DEFAULT_CHUNK_BYTES
-from ..errors import CkptstatError, UsageError
+from ..errors import UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import strip_prefixes
 from ..naming.layout_ties import out_in_shape
 from . import dequantized
 from .conversion import (
     MAX_EXPERTS,
+    MMPROJ_BUCKETS,
+    WRAPPED_LM,
     Transform,
     column_blocks,
     conversion_row,
     converts,
     generated,
     gguf_converter,
+    gguf_rules,
     rounding,
     transform_for,
     whole_blocks,
@@ -52,17 +55,12 @@ STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal"
 # "dropped": an HF tensor llama.cpp's converter leaves out of that architecture's GGUF file on purpose; "generated": a
 # GGUF tensor it computes from config.json, holding the values the HF side's config gives)
 UNCHANGED = ("equal", "converted", "tied", "unread", "dropped", "generated")
-# the buckets of a multimodal model's towers and projectors (naming/): llama.cpp's converter writes them to a separate
-# mmproj-*.gguf (convert_hf_to_gguf.py --mmproj), never to the model's file, whose diff lists them `dropped`
-MMPROJ_BUCKETS = ("vision", "audio")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 # a multimodal wrapper's text model as transformers 4 and mlx_lm nest it, keyed as transformers 5 does
 # (model.language_model.*, lm_head at the top): the Qwen3-VL releases against mlx_lm's conversion, a transformers 4
 # save of LLaVA against a transformers 5 one
 _NESTED_LM = ((re.compile(r"^language_model\.model\."), "language_model."),
               (re.compile(r"^language_model\.lm_head\."), "lm_head."))
-# (a GGUF conversion of a multimodal wrapper: transformers 5's model.language_model.*, 4's language_model.model.*)
-_WRAPPED_LM = (re.compile(r"^(model\.)?language_model\.(model\.)?"), "model.")
 Rename = Callable[[str], str]
 DEQUANTIZED_MAP = ("quantised weights read as the values their library dequantises them to (MLX, compressed-tensors, "
                    "block-scaled FP8, bitsandbytes 4-bit, quanto qint8/qfloat8, torchao float8, GPTQ, AWQ, gpt-oss "
@@ -143,31 +141,6 @@ def _aligned_names(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
         else:
             out.update({n: n for n in names})
     return out, sorted(stripped)
-
-
-def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]] | None:
-    """(what, rules) turning a GGUF file's llama.cpp names into HF names, from its family's
-    gguf_tensor_names table; None when the family has none."""
-    from ..census import architecture
-    from ..families import get
-
-    name = architecture(ckpt)["family"]
-    try:
-        table = get(name).gguf_tensor_table(ckpt.declared_architecture or "", ckpt.tensors.keys())
-    except CkptstatError:
-        return None
-    if not table:
-        return None
-    rules = []
-    for hf, gg in table:
-        gg_rx = re.escape(gg).replace(re.escape("{bid}"), r"(\d+)")
-        if "{xid}" in hf:   # an expert's slice of a stack (_unstacked names it `blk.N.ffn_gate_exps.weight[E]`)
-            rules.append((re.compile(f"^{gg_rx}(\\.weight|\\.bias)\\[(\\d+)\\]$"),
-                          hf.replace("{bid}", r"\1").replace("{xid}", r"\3") + r"\2"))
-            continue
-        # the module's name, then .weight / .bias or nothing (Mamba's ssm_a, ssm_d are A_log, D)
-        rules.append((re.compile(f"^{gg_rx}(?=\\.|$)"), hf.replace("{bid}", r"\1")))
-    return f"GGUF -> HF names ({name} family)", rules
 
 
 def _unstacked(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], wanted: Callable[[str], bool]) -> Checkpoint:
@@ -547,7 +520,7 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
             (ra if a.format == "gguf" else rb)[:0] = [MLA_RULE, *builtin[1]]
             # a multimodal wrapper's language model is what llama.cpp's converter writes to the model's file
             # (Gemma 3's, Mistral 3's... the towers go to the mmproj file): its names as the text model's
-            (rb if a.format == "gguf" else ra)[:0] = [_WRAPPED_LM]
+            (rb if a.format == "gguf" else ra)[:0] = [WRAPPED_LM]
             # DeepSeek's kv_b_proj, split per head by the converter: read joined back
             a, b = (mla_joined(a), b) if a.format == "gguf" else (a, mla_joined(b))
             # llama.cpp's stacked experts, slice by slice where the HF side holds each expert
