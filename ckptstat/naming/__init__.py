@@ -146,9 +146,10 @@ TOWER_RULES = [
      r"|vision_adapter|vision_language_adapter|vit_large_projector|high_res_vision_\w+|video_tower|embed_vision"
      r"|layerwise_projectors|spatial_projectors|vqmodel|generation_(embeddings|aligner|head))(\.|$)", "vision"),
     (r"(^|\.)(embed_audio|audio_projector)(\.|$)", "audio"),   # Gemma 3n's / Gemma 4's audio embedder
-    # llama.cpp's multimodal projector files (mmproj-*.gguf, tools/mtmd/clip-impl.h): `v.blk.N.*`, `a.blk.N.*`
-    (r"^v\.blk\.(?P<layer>\d+)\.", "vision"), (r"^v\.", "vision"),
-    (r"^a\.blk\.(?P<layer>\d+)\.", "audio"), (r"^(a|mm\.a)\.", "audio"),
+    # llama.cpp's multimodal projector files (mmproj-*.gguf, tools/mtmd/clip-impl.h): `v.blk.N.*`, `a.blk.N.*`, and
+    # `v.<module>.weight` (a module of a model's own named `v` or `a`, `v.weight`, is not one)
+    (r"^v\.blk\.(?P<layer>\d+)\.", "vision"), (r"^v\.[^.]+\.", "vision"),
+    (r"^a\.blk\.(?P<layer>\d+)\.", "audio"), (r"^(a|mm\.a)\.[^.]+\.", "audio"),
 ]
 # Projectors into the language model named for no modality (LLaVA's multi_modal_projector, Idefics3's connector,
 # MiniCPM-V's merger, BLIP-2's Q-Former...), as a name's first component: the image side's where the checkpoint
