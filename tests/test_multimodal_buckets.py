@@ -107,8 +107,9 @@ def test_llama_cpp_mmproj_file(cli, tmp_path, sides):
     names = [n for n in names if n.split(".")[0] in sides or n.split(".")[0] in ("mm", "resampler")]
     names = [n for n in names if not n.startswith("mm.a.") or "a" in sides]
     w = gguf.GGUFWriter(str(tmp_path / "mmproj.gguf"), "clip")
+    tensor = np.zeros((2, 2), np.float32)
     for n in names:
-        w.add_tensor(n + ".weight", np.zeros((2, 2), np.float32))
+        w.add_tensor(n + ".weight", tensor)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -118,7 +119,7 @@ def test_llama_cpp_mmproj_file(cli, tmp_path, sides):
     for n in names:
         side = "audio" if n.startswith(("a.", "mm.a.")) or (n.startswith(("mm.", "resampler.")) and sides == ("a",)) \
             else "vision"
-        want[side] += 4
+        want[side] += tensor.size
     assert {b["bucket"]: b["params"] for b in r["buckets"]} == {k: v for k, v in want.items() if v}
     blocks = {(("vision" if n[0] == "v" else "audio"), int(n.split(".")[2])) for n in names if n.split(".")[1] == "blk"}
     assert {(row["bucket"], row["layer"]) for row in r["layers"]} == blocks

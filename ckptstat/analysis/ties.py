@@ -143,7 +143,7 @@ def _same_subtree_bias(t: Tie) -> bool:
     return t.alias.startswith(parent + ".")
 
 
-def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
+def cross_check(ckpt: Checkpoint, ties: list[Tie], declined: frozenset[str] = frozenset()) -> dict:
     """The parameters the resolved model has (census.resolve: config.json, its head from the tensor
     names when the config names no architectures class), against the file's: missing (each with its
     explanation when a tie accounts for it), unexpected, and shape mismatches. A name that is an alias
@@ -217,11 +217,10 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     # its own variable with no tie found: TFAlbertMLMHead's decoder_bias, which AlbertForMaskedLM ties to
     # predictions.bias.
     own_copy = []
-    declined = {t.alias for t in declined_ties(ckpt)}   # (copies that differ: transformers 5.25 keeps both)
     for rule in r.tie_rules:
         alias, target = outer + rule.alias, outer + rule.target
         if ((rule.when == "always" or tied_cfg) and not rule.module and alias in params and target in params
-                and alias not in tie_of and alias not in declined
+                and alias not in tie_of and alias not in declined   # (copies that differ: transformers keeps both)
                 and spelled[alias] not in tie_of):
             own_copy.append({"name": spelled[alias], "elements": params[alias].numel, "tied_to": spelled[target]})
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,
@@ -232,8 +231,9 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
 
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
     ties = find_ties(ckpt, deep=deep, chunk_bytes=chunk_bytes)
+    declined = declined_ties(ckpt)   # (of the stored tensors, before the logical view)
     ckpt = logical(ckpt)   # quantised weights by their logical shapes (census/quant/)
-    check = cross_check(ckpt, ties)
+    check = cross_check(ckpt, ties, frozenset(t.alias for t in declined))
     table = counting(ckpt, ties)
     r = resolve(ckpt)
     # model.parameters() of the model the census resolved (the class it is labelled with): the file's
@@ -279,7 +279,7 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         "rules": rules,
         "ties": [t.__dict__ for t in ties],
         # ties the rules make whose two stored copies differ: transformers 5.25 does not tie them (census/ties.py)
-        "declined": [{**t.__dict__, "why": DECLINED_WHY} for t in declined_ties(ckpt)],
+        "declined": [{**t.__dict__, "why": DECLINED_WHY} for t in declined],
         "counting": table,
         "cross_check": check,
     }

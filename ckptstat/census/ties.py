@@ -88,6 +88,7 @@ def stored_twice(ckpt: Checkpoint) -> frozenset[str]:
 # apart from its embedding differs everywhere): a few small reads, where the census otherwise reads headers only.
 COMPARE_WHOLE = 64 << 20
 COMPARE_WINDOW = 4096
+COMPARE_CHUNK = 4 << 20   # bytes of each copy read at once (audit compares whole copies by it too)
 
 
 def declined_ties(ckpt: Checkpoint) -> list[Tie]:
@@ -109,32 +110,45 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
 def _found(ckpt: Checkpoint, deep: bool, chunk_bytes: int) -> tuple[tuple[Tie, ...], tuple[Tie, ...]]:
     """(the ties, the declined ones: stored twice with copies that differ)."""
     ties = _find_ties(ckpt, deep, chunk_bytes)
-    declined = tuple(t for t in ties if t.status == "stored twice" and t.evidence != "identical contents"
-                     and _copies_differ(ckpt, t.alias, t.target))
+    declined = tuple(filter(_declined(ckpt), ties))
     return tuple(t for t in ties if t not in declined), declined
 
 
-def _copies_differ(ckpt: Checkpoint, a: str, b: str) -> bool:
-    """Whether two stored copies of a tie hold different values (COMPARE_WHOLE, COMPARE_WINDOW); False where they
-    cannot be read as numbers here (a quantised weight's pieces, a damaged file: the tie stands, as before)."""
+def _declined(ckpt: Checkpoint) -> Callable[[Tie], bool]:
+    """Whether a tie is one transformers declines: stored twice, its copies found different (a pair that cannot be
+    compared here, a quantised weight's pieces or a damaged file, stands, as before)."""
+    def declined(t: Tie) -> bool:
+        if t.status != "stored twice" or t.evidence == "identical contents":
+            return False
+        try:
+            return copies_differ(ckpt, t.alias, t.target) is True
+        except CkptstatError:
+            return False
+    return declined
+
+
+def copies_differ(ckpt: Checkpoint, a: str, b: str, whole: bool = False) -> bool | None:
+    """Whether two stored tensors of one shape hold different values, as torch.equal says of them (NaN differs from
+    itself), read COMPARE_CHUNK bytes at a time: whole copies with `whole`, else whole up to COMPARE_WHOLE a pair and
+    three COMPARE_WINDOW windows beyond; None where either is not stored under that name or cannot be decoded here. A
+    reader's error is raised."""
     import numpy as np  # (only for a tie stored twice: header-only commands import no numpy otherwise)
 
     ta, tb = ckpt.tensors.get(a), ckpt.tensors.get(b)
-    if ta is None or tb is None or ta.shape != tb.shape or not dtypes.can_decode(ta.dtype) or not dtypes.can_decode(tb.dtype):
-        return False
+    if ta is None or tb is None or not dtypes.can_decode(ta.dtype) or not dtypes.can_decode(tb.dtype):
+        return None   # (a quantised weight's logical name, its pieces stored under others)
+    if ta.shape != tb.shape:
+        return True
     n = ta.numel
-    whole = ta.byte_size + tb.byte_size <= COMPARE_WHOLE or n <= 3 * COMPARE_WINDOW
+    whole = whole or ta.byte_size + tb.byte_size <= COMPARE_WHOLE or n <= 3 * COMPARE_WINDOW
     spans = [(0, n)] if whole else [(0, COMPARE_WINDOW), ((n - COMPARE_WINDOW) // 2, COMPARE_WINDOW),
                                     (n - COMPARE_WINDOW, COMPARE_WINDOW)]
-    step = max(1, (16 << 20) // max(ta.dt.bits // 8, 1))
-    try:
-        for start, count in spans:
-            for at in range(start, start + count, step):
-                k = min(step, start + count - at)
-                if not np.array_equal(ckpt.read_elements(a, at, k), ckpt.read_elements(b, at, k)):
-                    return True
-    except CkptstatError:
-        return False
+    step = max(1, COMPARE_CHUNK * 8 // max(ta.dt.bits, 1))
+    for start, count in spans:
+        for at in range(start, start + count, step):
+            k = min(step, start + count - at)
+            if not np.array_equal(ckpt.read_elements(a, at, k), ckpt.read_elements(b, at, k)):
+                return True
     return False
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ...census.ties import copies_differ
 from ...core.urls import concurrently, is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from ..scan import nothing_inside, pickle_named, scan_url_if_pickle
@@ -26,7 +27,6 @@ TIMING_FIELDS = ("seconds", "worker")
 NOT_SCANNED = "not scanned (remote)"   # a URL's pickle whose scan the store cut short (a 404, a limit): never safe
 SCAN_ORDER = ("unsafe", "unknown", "unreadable", NOT_SCANNED, "safe")   # worst first: a unit's verdict is its worst file's
 TIE_VERDICTS = ("broken", "unchecked", "duplicated", "tied", "none", "error")
-COMPARE_CHUNK = 4 << 20
 MAX_ATTEMPTS = 3   # a unit whose worker died this many times is recorded as an error
 
 
@@ -81,14 +81,6 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
     return {"verdict": verdict, "files": rows}
 
 
-def _same_values(ckpt: Any, a: str, b: str) -> bool:
-    """Whether two stored tensors of one dtype and shape hold the same bytes, streamed in bounded chunks."""
-    for x, y in zip(ckpt.iter_chunks(a, COMPARE_CHUNK), ckpt.iter_chunks(b, COMPARE_CHUNK)):
-        if x.tobytes() != y.tobytes():
-            return False
-    return True
-
-
 def _ties(ckpt: Any, report: dict[str, Any], values: bool) -> dict[str, Any]:
     """The ties verdict: `broken` when a tie the config or architecture declares is stored twice with
     different values (transformers 5.25 then leaves it untied, census/ties.py declined_ties; transformers 4 tied it
@@ -102,7 +94,8 @@ def _ties(ckpt: Any, report: dict[str, Any], values: bool) -> dict[str, Any]:
         if t["status"] == "stored twice" and t["evidence"] != "identical contents":
             a, b = ckpt.tensors.get(t["target"]), ckpt.tensors.get(t["alias"])
             if values and a is not None and b is not None and a.dtype == b.dtype and a.shape == b.shape:
-                row["equal_values"] = _same_values(ckpt, t["target"], t["alias"])
+                differ = copies_differ(ckpt, t["target"], t["alias"], whole=True)   # (the census's comparison)
+                row["equal_values"] = None if differ is None else not differ
             else:
                 row["equal_values"] = None
         pairs.append(row)
