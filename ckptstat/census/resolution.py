@@ -83,7 +83,7 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
             return Resolution(None, mt, None, None, "no family module for this model_type")
         path = ckpt.config_path or ckpt.config_kind if ckpt.config else f"{ckpt.path} (GGUF metadata)"
         try:
-            spec = from_config(cfg, path)
+            spec = from_config(cfg, path, ckpt.config_kind if ckpt.config else "GGUF metadata")
         except UsageError as e:
             return Resolution(family, mt, None, None, ckpt.config_kind, str(e), isinstance(e, NoAnalyticModel))
         if spec.architecture is not None or not ckpt.tensors:

@@ -489,6 +489,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             cfg_path, cfg = ahead.result()
             if cfg_path is not None and cfg is not None:
                 _take_config(ckpt, cfg_path, cfg)
+            else:
+                importlib.import_module(f"{__package__}.native_params").take(ckpt, path)
         else:
             cfg_path = os.fspath(config) if config is not None else find_config(path)
             if cfg_path is not None:
@@ -503,6 +505,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                         ckpt.quant_sidecar = load_config(sidecar)
                     except CheckpointError as e:   # an optional record: the weights and config.json still answer
                         ckpt.notes.append(f"{e}; ignored")
+            elif not ckpt.config:
+                importlib.import_module(f"{__package__}.native_params").take(ckpt, path)
         if target != path and not urls.is_url(path):
             ckpt.notes += _unread_weights(path, target)
         adapter = folders.adapter_config_beside(target)
@@ -532,13 +536,15 @@ def _unread_weights(folder: str, target: str) -> list[str]:
 
 
 def _take_config(ckpt: Checkpoint, cfg_path: str, cfg: dict[str, Any]) -> None:
-    """`cfg` as the checkpoint's config.json; a KerasHub preset's Keras config as the transformers config it reads as,
-    if any (formats/keras_hub.py `describe`)."""
+    """`cfg` as the checkpoint's config.json; a KerasHub preset's Keras config or a Mistral / Meta params.json as the
+    transformers config it reads as, if any (formats/keras_hub.py, formats/native_params.py `describe`)."""
     keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
+    native = importlib.import_module(f"{__package__}.native_params")
+    from_params = native.is_params(cfg_path, cfg)   # (--config params.json, or one found: native_params below)
     taken: dict[str, Any] | None = keras_hub.describe(ckpt, cfg_path, cfg) if keras_hub and keras_hub.is_keras_config(cfg) \
-        else cfg
+        else native.describe(ckpt, cfg) if from_params else cfg
     if taken is not None:   # (over the reader's own: a pickled model's config)
-        ckpt.config, ckpt.config_path, ckpt.config_from = taken, cfg_path, None
+        ckpt.config, ckpt.config_path, ckpt.config_from = taken, cfg_path, "params.json" if from_params else None
 
 
 def _config_ahead(path: str) -> futures.Future[tuple[str | None, dict[str, Any] | None]]:

@@ -25,13 +25,14 @@ def _labels(cfg: Mapping[str, Any], c: Cfg) -> int:
     return c.int("num_labels", default=2)
 
 
-def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
-    """ArchSpec from a Hugging Face config.json dict. Raises UsageError for an unsupported family."""
+def from_config(cfg: Mapping[str, Any], path: str = "config.json", source: str = "config.json") -> ArchSpec:
+    """ArchSpec from a Hugging Face config.json dict (source: what held it, as outputs name it: "config.json",
+    "params.json", "GGUF metadata"). Raises UsageError for an unsupported family."""
     mt = cfg.get("model_type")
     wrapped = language_model(cfg)
     if wrapped is not None:   # a vision-language wrapper (wrappers.py)
         inner = wrapped[0]
-        spec = replace(from_config(inner, path), mrope=wrappers.mrope(cfg))
+        spec = replace(from_config(inner, path, source), mrope=wrappers.mrope(cfg))
         return replace(spec, outside=wrappers.VISION_MODULES,
                        assumptions=(wrappers.note(cfg, inner["model_type"]),) + spec.assumptions)
     family = by_model_type(mt, cfg)
@@ -48,7 +49,7 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
         raise NoAnalyticModel(f"{path}: the {family.name} op template describes the {', '.join(family.heads)} "
                               f"head{'s' if len(family.heads) > 1 else ''}, not {arch_name}'s")
     c = Cfg(cfg, path, mt, head, {})
-    c.common = dict(family=family.name, model_type=mt, source="config.json", head=head, architecture=arch_name,
+    c.common = dict(family=family.name, model_type=mt, source=source, head=head, architecture=arch_name,
                     assumptions=notes, num_labels=_labels(cfg, c), dtype=config_dtype(cfg))
     return family.from_config(c)
 
