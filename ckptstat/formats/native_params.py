@@ -22,7 +22,8 @@ from typing import Any
 from ..core import Checkpoint, files, urls
 
 PARAMS = "params.json"
-WEIGHTS_FORMATS = ("safetensors", "pytorch (zip)")   # what consolidated.* files are (no look-up beside the others)
+# what Mistral's and Meta's weights files are, and their names: params.json is looked for beside these alone
+WEIGHTS_FORMATS, WEIGHTS_NAME = ("safetensors", "pytorch (zip)"), "consolidated"
 # keys of a params.json the converters turn into another architecture than plain Llama / Mistral / Mixtral
 _OTHER = {"vision_encoder": "a vision encoder", "multimodal": "a vision or audio encoder", "vision_args": "a vision "
           "encoder (Llama 4)", "moe_args": "Llama 4's experts", "qk_nope_head_dim": "multi-head latent attention",
@@ -50,7 +51,8 @@ def take(ckpt: Checkpoint, path: str) -> None:
     from ..errors import CheckpointError
     from .registry import _take_config, load_config
 
-    found = find_params(path) if ckpt.format in WEIGHTS_FORMATS else None
+    native = ckpt.format in WEIGHTS_FORMATS and any(urls.file_name(f).startswith(WEIGHTS_NAME) for f in ckpt.files)
+    found = find_params(path) if native else None   # (no look-up, no request, beside any other file)
     if found is None:
         return
     check_inside(found, PARAMS, path)
