@@ -182,3 +182,63 @@ def test_params_json_linked_out_of_the_folder_is_refused(tmp_path, capsys):
     assert main(["summary", str(folder)]) != 0
     err = capsys.readouterr().err
     assert "params.json" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# ---- Meta's model-parallel original/ folders (formats/model_parallel.py) ----
+
+def _meta_folder(tmp_path, ranks: int, llama3: bool):
+    """A Llama as Meta's reference code saves it on `ranks` model-parallel ranks: each consolidated.NN.pth one rank's
+    slice of every weight, split where convert_llama_weights_to_hf.py joins it (wo, w2 and Llama 1/2's embedding
+    along dimension 1, the rest along 0; the norms whole in every file)."""
+    params, config = CASES["llama"]
+    params = dict(params, vocab_size=96 if llama3 else -1)
+    model = meta_model(T.LlamaForCausalLM, config(), "cpu")
+    whole = _native_state(model)
+    folder = tmp_path / f"mp{ranks}"
+    folder.mkdir()
+    for r in range(ranks):
+        part = {}
+        for name, t in whole.items():
+            if t.dim() == 1:
+                part[name] = t.clone()
+                continue
+            dim = 1 if re.search(r"(attention\.wo|feed_forward\.w2)\.weight$", name) or (
+                name == "tok_embeddings.weight" and not llama3) else 0
+            part[name] = t.chunk(ranks, dim=dim)[r].clone()
+        torch.save(part, folder / f"consolidated.{r:02d}.pth")
+    (folder / "params.json").write_text(json.dumps(params))
+    return folder, model, whole
+
+
+@pytest.mark.parametrize("llama3", [True, False], ids=["llama3-vocab-rows", "llama2-vocab-columns"])
+def test_model_parallel_files_join_as_the_converter_joins_them(tmp_path, capsys, llama3):
+    from ckptstat import open_checkpoint
+
+    folder, model, whole = _meta_folder(tmp_path, 2, llama3)
+    out = _json(capsys, "summary", str(folder), "--json")
+    assert out["resolved"]["model"] == "LlamaForCausalLM"
+    assert out["parameters"]["unique"] == model.num_parameters()
+    listed = {t["name"]: tuple(t["shape"]) for t in _json(capsys, "tensors", str(folder), "--json")["tensors"]}
+    assert listed == {n: tuple(t.shape) for n, t in whole.items()}
+    flops = _json(capsys, "flops", str(folder), "--seq", "8", "--json")
+    assert flops["runs"][0]["totals"]["flops"] == fcm_flops(model, 8, device="cpu")
+    with open_checkpoint(str(folder)) as ckpt:
+        for name in ("tok_embeddings.weight", "layers.0.attention.wo.weight", "layers.1.feed_forward.w1.weight",
+                     "layers.0.attention_norm.weight"):
+            got = ckpt.read_elements(name, 0, whole[name].numel())
+            assert torch.equal(torch.from_numpy(got.copy()), whole[name].reshape(-1))
+
+
+def test_a_missing_or_mismatched_model_parallel_file_is_one_line(tmp_path, capsys):
+    folder, _, _ = _meta_folder(tmp_path, 3, True)
+    os.remove(folder / "consolidated.01.pth")
+    assert main(["summary", str(folder)]) != 0
+    err = capsys.readouterr().err
+    assert "consolidated.01.pth" in err and "missing" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "b").mkdir()
+    folder, _, _ = _meta_folder(tmp_path / "b", 2, True)
+    part = torch.load(folder / "consolidated.01.pth")
+    torch.save({n: t for n, t in part.items() if n != "norm.weight"}, folder / "consolidated.01.pth")
+    assert main(["summary", str(folder)]) != 0
+    err = capsys.readouterr().err
+    assert "norm.weight" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -578,7 +578,8 @@ _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training", 
                         "weights": "dcp",           # NeMo 2.0: a Megatron distributed checkpoint in weights/ (dcp/megatron.py)
                         "manifest.ocdbt": "orbax", "_METADATA": "orbax",   # an orbax item: OCDBT, or a folder per array
                         "_CHECKPOINT_METADATA": "orbax",                   # ... an orbax step folder of items
-                        "model.weights.h5": "keras_hub", "model.weights.json": "keras_hub"}   # a KerasHub preset
+                        "model.weights.h5": "keras_hub", "model.weights.json": "keras_hub",   # a KerasHub preset
+                        "consolidated.01.pth": "model_parallel"}   # Meta's model-parallel original/ folder
 
 
 def _url_folder_hook(listing: list[str]) -> Callable[[str, Callable[[str], Checkpoint]], Checkpoint | None] | None:
