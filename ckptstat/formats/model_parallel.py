@@ -89,8 +89,8 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoi
                       config_path=first.config_path, config_from=first.config_from,
                       readers=dict.fromkeys(paths, reader), notes=list(first.notes))
     ckpt.notes.append(f"{len(parts)} model-parallel files (Meta's consolidated.NN.pth), each a slice of every weight: "
-                      "joined as transformers' convert_llama_weights_to_hf.py joins them (the norms from the first; their copies in the "
-                      "others are file bytes, not tensor bytes)")
+                      "joined as transformers' convert_llama_weights_to_hf.py joins them (the norms from the first; "
+                      "their copies in the others are file bytes, not tensor bytes)")
     return ckpt
 
 
