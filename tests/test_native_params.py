@@ -242,3 +242,19 @@ def test_a_missing_or_mismatched_model_parallel_file_is_one_line(tmp_path, capsy
     assert main(["summary", str(folder)]) != 0
     err = capsys.readouterr().err
     assert "norm.weight" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_sharded_consolidated_files_with_their_index(tmp_path, capsys):
+    """Mistral's larger repositories: consolidated-0000N-of-0000M.safetensors and consolidated.safetensors.index.json."""
+    folder, model = _folder(tmp_path, "mistral")
+    state = _native_state(model)
+    os.remove(folder / "consolidated.safetensors")
+    names, weight_map = sorted(state), {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        file = f"consolidated-{i + 1:05d}-of-00002.safetensors"
+        save_file({n: state[n] for n in part}, str(folder / file))
+        weight_map.update(dict.fromkeys(part, file))
+    (folder / "consolidated.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    out = _json(capsys, "summary", str(folder / "consolidated.safetensors.index.json"), "--json")
+    assert out["architecture"]["source"] == "params.json" and out["resolved"]["model"] == "MistralForCausalLM"
+    assert out["parameters"]["unique"] == model.num_parameters()

@@ -23,7 +23,7 @@ from ..core import Checkpoint, files, urls
 
 PARAMS = "params.json"
 # what Mistral's and Meta's weights files are, and their names: params.json is looked for beside these alone
-WEIGHTS_FORMATS, WEIGHTS_NAME = ("safetensors", "pytorch (zip)"), "consolidated"
+WEIGHTS_FORMATS, WEIGHTS_NAME = ("safetensors", "safetensors (sharded)", "pytorch (zip)"), "consolidated"
 # keys of a params.json the converters turn into another architecture than plain Llama / Mistral / Mixtral
 _OTHER = {"vision_encoder": "a vision encoder", "multimodal": "a vision or audio encoder", "vision_args": "a vision "
           "encoder (Llama 4)", "moe_args": "Llama 4's experts", "qk_nope_head_dim": "multi-head latent attention",
