@@ -64,6 +64,7 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
             "bits_per_weight": bits_per_weight(sum(r["bytes"] for r in buckets.values()), total),
             "partial": original.partial,   # why every total here is partial (a GGUF split set missing shards), else None
             "on_load": on_load(ckpt, total),
+            "recorded": recorded(original, total),
         },
         "buckets": [{"bucket": b, **buckets[b], "share": share(buckets[b]["params"]),
                      "bits_per_weight": bits_per_weight(buckets[b]["bytes"], buckets[b]["params"])}
@@ -167,6 +168,19 @@ def on_load(ckpt: Checkpoint, total: int) -> dict | None:
     return {"params": total + sum(d["elements"] for d in diffs), "differences": diffs,
             "convention": "model.parameters() of the class config.json names, built from this file: the unique "
                           "parameters plus those it recreates on load, less rows it drops"}
+
+
+def recorded(ckpt: Checkpoint, total: int) -> dict | None:
+    """The count transformers 5 recorded when it saved the shards (the index's metadata `total_parameters`:
+    `model.num_parameters()`, the model's parameters() each once) beside the one it should equal: model.parameters()
+    of the class on load where that differs from the file's (on_load), else the file's unique count; None without."""
+    found = ckpt.metadata.get("index.total_parameters")
+    if found is None:
+        return None
+    loaded = on_load(ckpt, total)
+    expected = loaded["params"] if loaded else total
+    return {"count": int(found), "expected": expected, "difference": int(found) - expected,
+            "by": "the index's metadata total_parameters: transformers' model.num_parameters() when it saved the shards"}
 
 
 def _gguf_facts(ckpt: Checkpoint) -> dict[str, str]:

@@ -314,6 +314,8 @@ def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -
     if isinstance(meta, dict) and "total_size" in meta:   # (Keras writes a float: 78464.0)
         total = meta["total_size"]
         merged.metadata["index.total_size"] = str(int(total) if isinstance(total, float) and total.is_integer() else total)
+    if isinstance(meta, dict) and type(meta.get("total_parameters")) is int:   # transformers 5: num_parameters()
+        merged.metadata["index.total_parameters"] = str(meta["total_parameters"])
     merged.dropped = {k: v for k, v in merged.dropped.items() if k not in merged.tensors}
     merged.format += " (sharded)"
     return merged

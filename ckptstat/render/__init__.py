@@ -185,6 +185,13 @@ def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
         console.print(Text(f"on load      {p['on_load']['params']:,} in model.parameters() of the class ({d:+,}: {n} "
                            "tensor(s) it recreates or resizes on load; `ckptstat ties` lists them)", style="yellow"))
 
+    if p.get("recorded"):   # transformers' own count at save (the index's total_parameters)
+        rec = p["recorded"]
+        console.print(Text(f"recorded     {rec['count']:,} by transformers at save (the index's total_parameters): " + (
+            "the same" if not rec["difference"] else f"{rec['difference']:+,} against {rec['expected']:,}, the count "
+            "model.parameters() would have (a file edited since, or a quantised model's packed weights)"),
+            style="dim" if not rec["difference"] else "yellow"))
+
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
     if r.get("lora_file"):   # a LoRA file: its modules by part, not buckets of a model

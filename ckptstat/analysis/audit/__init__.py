@@ -161,8 +161,8 @@ def blank_record(unit: Unit) -> dict[str, Any]:
     url = is_url(unit.path)
     return {"schema": AUDIT_SCHEMA, "path": unit.path, "files": [_rel(f, unit.path) for f in unit.files],
             "bytes": unit.bytes, "mtime_ns": None if url else unit.mtime_ns, "etag": unit.etag, "format": None,
-            "parameters": None, "tensor_bytes": None, "dtypes": {}, "buckets": {}, "ties": None, "scan": None,
-            "config": None, "error": None, "fetched": None, "training": None}
+            "parameters": None, "parameters_recorded": None, "tensor_bytes": None, "dtypes": {}, "buckets": {},
+            "ties": None, "scan": None, "config": None, "error": None, "fetched": None, "training": None}
 
 
 # (core.limits.Limits, core.switches.Switches, core.urls.logins()): the CLI's --limit, and --allow-external,
@@ -232,6 +232,7 @@ def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
         s = summarize(ckpt)
         rec["format"] = s["format"]
         rec["parameters"] = s["parameters"]["unique"]
+        rec["parameters_recorded"] = s["parameters"]["recorded"]
         rec["tensor_bytes"] = s["storage"]["tensor_bytes"]
         rec["dtypes"] = {d["dtype"]: d["bytes"] for d in s["dtypes"]}
         rec["buckets"] = {b["bucket"]: b["params"] for b in s["buckets"]}
