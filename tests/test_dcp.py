@@ -11,6 +11,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import warnings
 
 import library_runner
 import numpy as np
@@ -588,3 +589,31 @@ def test_a_missing_hf_shard_is_one_line(tmp_path, capsys):
     with pytest.raises(CorruptCheckpointError, match="chunks hold"):
         open_checkpoint(tmp_path / "ckpt")
     _one_line(tmp_path / "ckpt", capsys)
+
+
+def test_transformers_distributed_save_reads_its_config(tmp_path, capsys):
+    """transformers 5.25's save_pretrained(distributed_checkpoint=True) (distributed/checkpoint.py
+    _save_model_checkpoint_distributed): HuggingFaceStorageWriter(save_distributed=True) shards beside the config.json
+    save_pretrained writes. The shards were read without it (architecture from names, no config, no --config either):
+    now the config is the folder's, as for any weights beside config.json."""
+    T = pytest.importorskip("transformers")
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    model = T.Qwen3ForCausalLM(T.Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=100,
+                                             tie_word_embeddings=False))
+    model.config.architectures = [type(model).__name__]   # (as save_pretrained writes it)
+    model.config.save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (torch: "torch.distributed is disabled ... save in a single process")
+        dcp.save(model.state_dict(), storage_writer=HuggingFaceStorageWriter(path=str(tmp_path), save_distributed=True,
+                                                                             enable_consolidation=False))
+    assert main(["summary", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"] == str(tmp_path / "config.json") and out["resolved"]["model"] == "Qwen3ForCausalLM"
+    assert out["parameters"]["unique"] == model.num_parameters()
+    other = tmp_path / "elsewhere.json"
+    T.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  vocab_size=100).to_json_file(other)
+    assert main(["summary", str(tmp_path), "--config", str(other), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["architecture"]["model_type"] == "llama"

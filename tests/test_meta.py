@@ -18,7 +18,7 @@ from ckptstat.analysis.memory.planner import Plan, kv_counted, kv_lines  # noqa:
 from ckptstat.analysis.memory.tp_states import rank_states  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
 from ckptstat.families import get  # noqa: E402
-from ckptstat.formats.registry import load_config  # noqa: E402
+from ckptstat.formats.configs import load_config  # noqa: E402
 
 
 def _config(tmp_path, config_cls: str, kwargs: dict, arch: str) -> str:

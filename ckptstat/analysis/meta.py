@@ -36,7 +36,8 @@ from ..families.fp32_table import kept_float32
 from ..families.framework.archspec import SEQ_UNITS, ArchSpec
 from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures, check_layer_counts, config_dtype
 from ..families.framework.ops import Op
-from ..formats.registry import load_config, open_checkpoint
+from ..formats.configs import load_config
+from ..formats.registry import open_checkpoint
 from .torch_flops import flop_counter
 
 MAX_META_LAYERS = 512   # transformers builds (and the forward runs) every layer: ~10 ms each on the meta device

@@ -11,8 +11,9 @@ from ..census import aliases, architecture, parameters
 from ..core.files import check_inside, scope_for, scoped
 from ..core.switches import switches
 from ..errors import CorruptCheckpointError, FileNotFound
+from ..formats.configs import load_config
 from ..formats.folders import PIPELINE_INDEX, component_name_ok
-from ..formats.registry import load_config, open_checkpoint, resolve_folder
+from ..formats.registry import open_checkpoint, resolve_folder
 
 PIPELINE_SCHEMA = "ckptstat.pipeline/1"
 COUNTING = ("per component: unique parameters of its weights (a tied weight once; buffers apart), as "

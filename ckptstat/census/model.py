@@ -26,7 +26,8 @@ from ..families.framework.tensors import expected_tensors
 from ..families.images import modelled
 from ..families.load_table import load_differences
 from ..families.wrappers import is_outside, outside_module
-from ..formats.registry import load_config, open_checkpoint, resolve_folder
+from ..formats.configs import load_config
+from ..formats.registry import open_checkpoint, resolve_folder
 from .counts import parameters
 from .quant import stored
 from .resolution import resolve

@@ -37,7 +37,7 @@ def audit(
     from ..analysis.audit.store import Writer, check_inputs, check_out, load
     from ..core.urls import is_url
     from ..errors import UsageError
-    from ..formats.registry import find_config
+    from ..formats.configs import find_config
     from ..render.audit import audit_progress, render_audit_summary
 
     if workers < 0:

@@ -15,7 +15,7 @@ quantize_config.json: docs/quantized.md).
   and each component is saved in the subfolder of its name: models as `diffusion_pytorch_model.*`
   (diffusers ModelMixin) or `model.safetensors` (transformers), schedulers and tokenizers without weights.
 
-Names and paths only; the JSON is read by registry.load_config (bounded, regular files only)."""
+Names and paths only; the JSON is read by configs.load_config (bounded, regular files only)."""
 from __future__ import annotations
 
 import os

@@ -27,7 +27,8 @@ from ..core import Checkpoint, files, urls
 from ..core.files import check_inside
 from ..core.limits import limits
 from ..errors import CheckpointError, reading
-from .registry import _FOLDER_HOOKS, read_json
+from .configs import read_json
+from .registry import _FOLDER_HOOKS
 from .registry import _open_file as open_weights
 from .training import merge_under
 

@@ -46,10 +46,10 @@ def find_params(weights_path: str) -> str | None:
 
 def take(ckpt: Checkpoint, path: str) -> None:
     """No config.json beside the weights at `path`: the params.json there, if any, as the checkpoint's config
-    (registry's _take_config: `describe`); one that cannot be read is noted (another tool's file so named)."""
+    (configs.take_config: `describe`); one that cannot be read is noted (another tool's file so named)."""
     from ..core.files import check_inside
     from ..errors import CheckpointError
-    from .registry import _take_config, load_config
+    from .configs import load_config, take_config
 
     native = ckpt.format in WEIGHTS_FORMATS and any(urls.file_name(f).startswith(WEIGHTS_NAME) for f in ckpt.files)
     found = find_params(path) if native else None   # (no look-up, no request, beside any other file)
@@ -61,7 +61,7 @@ def take(ckpt: Checkpoint, path: str) -> None:
     except CheckpointError as e:
         ckpt.notes.append(f"{e}; ignored")
         return
-    _take_config(ckpt, found, cfg)
+    take_config(ckpt, found, cfg)
 
 
 def is_params(path: str, cfg: dict[str, Any]) -> bool:

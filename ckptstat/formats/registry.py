@@ -4,10 +4,8 @@ a sharded `*.index.json` or a Hugging Face-style model folder, and is the one pl
 exceptions become a CorruptCheckpointError naming the file."""
 from __future__ import annotations
 
-import contextvars
 import functools
 import importlib
-import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +21,7 @@ from ..core.switches import switches
 from ..core.tensor_table import TensorTable
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 from . import folders
+from .configs import config_ahead, config_beside, load_config, read_json, take_config
 
 HEAD_BYTES = 4096
 
@@ -222,21 +221,6 @@ def _folder_suffixes() -> Iterator[str]:
     yield from dict.fromkeys(e for f in FORMATS for e in f.extensions if e not in PREFERRED_SUFFIXES)
 
 
-def read_json(path: str, cap: int, what: str) -> Any:
-    """A JSON file of at most `cap` bytes (a regular file: never a FIFO or /dev/zero), inside the current scope (a
-    folder's trainer_state.json linked out of it was read and shown: docs/security.md)."""
-    check_inside(path, what)
-    with open_regular(path, what) as f:
-        size = size_of(f)
-        if size > cap:
-            raise CheckpointError(path, f"{what} is {size:,} bytes, more than the {cap:,} ckptstat reads "
-                                        "(--limit to raise it)")
-        data = f.read(size + 1)   # (read(n) allocates n bytes first: never more than the file has)
-    if len(data) > cap:
-        raise CheckpointError(path, f"{what} grew past {cap:,} bytes while it was read")
-    return json.loads(data.decode("utf-8"))
-
-
 def is_index(path: str) -> bool:
     """A sharded checkpoint's index: transformers' `*.index.json` or Keras' `*.weights.json`."""
     return path.endswith((".index.json", KERAS_INDEX))
@@ -352,39 +336,6 @@ def _open_file(path: str) -> Checkpoint:
     return fmt.open(path)
 
 
-def find_config(weights_path: str) -> str | None:
-    if urls.is_url(weights_path):
-        folder = weights_path if files.isdir(weights_path) else urls.parent(weights_path)
-        return urls.join(folder, "config.json") if files.isfile(urls.join(folder, "config.json")) else None
-    folder = weights_path if os.path.isdir(weights_path) else os.path.dirname(os.path.abspath(weights_path))
-    p = os.path.join(folder, "config.json")
-    return p if os.path.lexists(p) else None   # (a folder, a FIFO or a dangling link there: load_config says so)
-
-
-def load_config(path: str) -> dict[str, Any]:
-    """A config.json: a regular file (`--config /dev/zero` is refused) of at most limits().config_bytes."""
-    with reading(path, "cannot read config"):
-        cfg = read_json(path, limits().config_bytes, "config")
-    if not isinstance(cfg, dict):
-        raise CheckpointError(path, "config is not a JSON object")
-    decoded: dict[str, Any] = _special_floats(cfg)
-    return decoded
-
-
-# transformers 5 writes a float JSON cannot hold as a tagged object (PreTrainedConfig._encode_special_floats: Mamba2's
-# and its hybrids' time_step_limit [0.0, {"__float__": "Infinity"}]) and reads it back as the float
-_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
-
-
-def _special_floats(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        tag = obj.get("__float__") if len(obj) == 1 else None
-        if isinstance(tag, str) and tag in _FLOATS:
-            return _FLOATS[tag]
-        return {k: _special_floats(v) for k, v in obj.items()}
-    return [_special_floats(v) for v in obj] if isinstance(obj, list) else obj
-
-
 def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
     """Check the checksums the checkpoint's format stores; raises CorruptCheckpointError on a mismatch."""
     _load_all()
@@ -443,6 +394,10 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                 if whole is not None:
                     for f in whole.files:   # every file it read inside the folder (a symlink out of it is refused)
                         check_inside(f, "file", path)
+                    # a DCP folder without a global .metadata (rank-local files, transformers' distributed save's
+                    # shards) takes the config beside it as one with .metadata does; the other hooks read their own
+                    if whole.config is None and whole.format.startswith("dcp"):
+                        config_beside(whole, path, config)
                     return whole
         if urls.is_url(path) and files.isdir(path) and (read_url := _url_folder_hook(files.listdir(path))):
             with reading(path):   # an orbax item or step folder, a KerasHub preset over a URL, read as the local one
@@ -470,7 +425,7 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         # before their first request and waited for even when they fail: a file that cannot be read costs the same
         # requests on every run and every executor (an audit record's `fetched`, docs/audit.md). Its error, if any,
         # is raised after the weights', where reading it after them raised it.
-        ahead = _config_ahead(path) if config is None and urls.is_url(path) else None
+        ahead = config_ahead(path) if config is None and urls.is_url(path) else None
         try:
             # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
             # as one line naming the file (errors.reading).
@@ -490,25 +445,11 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         if ahead is not None:
             cfg_path, cfg = ahead.result()
             if cfg_path is not None and cfg is not None:
-                _take_config(ckpt, cfg_path, cfg)
+                take_config(ckpt, cfg_path, cfg)
             else:
                 importlib.import_module(f"{__package__}.native_params").take(ckpt, path)
         else:
-            cfg_path = os.fspath(config) if config is not None else find_config(path)
-            if cfg_path is not None:
-                if config is None:
-                    check_inside(cfg_path, "config", path)
-                _take_config(ckpt, cfg_path, load_config(cfg_path))
-                # (beside a config.json found beside the weights, not one the user named elsewhere)
-                sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config) if config is None and ckpt.config else None
-                if sidecar is not None:
-                    check_inside(sidecar, "quantisation record", path)
-                    try:
-                        ckpt.quant_sidecar = load_config(sidecar)
-                    except CheckpointError as e:   # an optional record: the weights and config.json still answer
-                        ckpt.notes.append(f"{e}; ignored")
-            elif not ckpt.config:
-                importlib.import_module(f"{__package__}.native_params").take(ckpt, path)
+            config_beside(ckpt, path, config)
         if target != path and not urls.is_url(path):
             ckpt.notes += _unread_weights(path, target)
         adapter = folders.adapter_config_beside(target)
@@ -535,35 +476,6 @@ def _unread_weights(folder: str, target: str) -> list[str]:
     if later:
         notes.append(f"the folder also holds {', '.join(later)}, not read: transformers' from_pretrained loads {read} first")
     return notes
-
-
-def _take_config(ckpt: Checkpoint, cfg_path: str, cfg: dict[str, Any]) -> None:
-    """`cfg` as the checkpoint's config.json; a KerasHub preset's Keras config or a Mistral / Meta params.json as the
-    transformers config it reads as, if any (formats/keras_hub.py, formats/native_params.py `describe`)."""
-    keras_hub = importlib.import_module(f"{__package__}.keras_hub") if "class_name" in cfg else None
-    native = importlib.import_module(f"{__package__}.native_params")
-    from_params = native.is_params(cfg_path, cfg)   # (--config params.json, or one found: native_params below)
-    taken: dict[str, Any] | None = keras_hub.describe(ckpt, cfg_path, cfg) if keras_hub and keras_hub.is_keras_config(cfg) \
-        else native.describe(ckpt, cfg) if from_params else cfg
-    if taken is not None:   # (over the reader's own: a pickled model's config)
-        ckpt.config, ckpt.config_path, ckpt.config_from = taken, cfg_path, "params.json" if from_params else None
-
-
-def _config_ahead(path: str) -> futures.Future[tuple[str | None, dict[str, Any] | None]]:
-    """The config.json beside the URL `path` (a folder or a weights file), found, checked and read in a thread
-    of its own, in a copy of the caller's context (its scope and limits): (its URL, its JSON), or (None, None)."""
-    def read() -> tuple[str | None, dict[str, Any] | None]:
-        cfg_path = find_config(path)
-        if cfg_path is None:
-            return None, None
-        check_inside(cfg_path, "config", path)
-        return cfg_path, load_config(cfg_path)
-
-    pool = futures.ThreadPoolExecutor(max_workers=1)
-    try:
-        return pool.submit(contextvars.copy_context().run, read)
-    finally:
-        pool.shutdown(wait=False)
 
 
 # Folders read as a whole before resolve_folder picks one weights file: each hook returns None for a folder not its

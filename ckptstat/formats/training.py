@@ -36,8 +36,9 @@ from ..core import Checkpoint
 from ..core.files import check_inside, open_regular
 from ..core.limits import limits
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, reading, short_text
+from .configs import read_json
 from .deepspeed_zero3 import gather, is_zero3, part_prefix
-from .registry import _FOLDER_HOOKS, FOLDER_CANDIDATES, read_json, resolve_folder
+from .registry import _FOLDER_HOOKS, FOLDER_CANDIDATES, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
 from .torch.values import flat, row
 

@@ -39,9 +39,10 @@ from ...errors import (
     UsageError,
     short_text,
 )
+from ...formats.configs import read_json
 from ...formats.keras_hub import preset_folder
 from ...formats.orbax import orbax_folder
-from ...formats.registry import DCP_SHARD, detect, index_shards, is_index, named_as_checkpoint, read_json
+from ...formats.registry import DCP_SHARD, detect, index_shards, is_index, named_as_checkpoint
 from ...formats.training import trainer_folder
 from ..scan import pickle_bearing
 

@@ -263,7 +263,8 @@ def scan_index(path: str, progress: Callable[[str], None] | None = None) -> dict
     its folder is (a local shard through a link only to inside the folder or its cache's blobs, as a folder's scan
     follows it); a shard missing or not followed is skipped (scan cannot say it is clean). The report is a folder's,
     its root the index."""
-    from ...formats.registry import index_shards, read_json
+    from ...formats.configs import read_json
+    from ...formats.registry import index_shards
 
     index = read_json(path, limits().index_bytes, "index")
     folder = path.rsplit("/", 1)[0] if is_url(path) else os.path.dirname(path)

@@ -33,7 +33,8 @@ from ...core.chunked import Assembler, Box
 from ...core.files import check_inside, file_size, open_regular
 from ...core.io import Window
 from ...errors import CheckpointError, CorruptCheckpointError, UsageError
-from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, read_json
+from ..configs import read_json
+from ..registry import _FILE_HOOKS, _FOLDER_HOOKS
 from . import zarr
 from .ocdbt import MANIFEST, Store, Value, read_value
 
@@ -234,7 +235,7 @@ def _item_kind(names: list[str]) -> str | None:
 
 
 def _json(path: str) -> dict[str, Any]:
-    """An optional JSON record of orbax's (registry.read_json, bounded); {} where it is absent or unreadable."""
+    """An optional JSON record of orbax's (configs.read_json, bounded); {} where it is absent or unreadable."""
     if not fs.isfile(path):
         return {}
     try:
