@@ -4,6 +4,8 @@ every type (any bytes: NaN and infinite scales too), on tensors llama.cpp's own 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import gguf
 import numpy as np
@@ -216,3 +218,33 @@ def test_q1_0_tensors_are_compared_and_counted(tmp_path, cli):
     rc, out, _ = cli("diff", str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf"), "--json")
     row = json.loads(out)["tensors"][0]
     assert rc == 1 and row["status"] == "values" and row["max_abs"] == 2 * abs(float(want[0, 0]))
+
+
+def test_stats_of_blocks_with_infinite_scales_print_no_warning(tmp_path):
+    """The bug: an f16 d of +-inf (or a signalling NaN) times a sub-block scale of 0, inside the K- and i-quant decoders
+    (Q2_K..Q5_K, IQ3_XXS, IQ3_S), made numpy print 'RuntimeWarning: invalid value encountered in multiply' on stderr of
+    `ckptstat stats` (dequantize muted only its last product). gguf-py's dequantize gives NaN there too: now counted as
+    NaN, quietly. A GGUF gguf-py's GGUFWriter wrote with random blocks of every decoded type gguf-py dequantises (not
+    Q1_0: test_q1_0_tensors_are_compared_and_counted), whose random f16 scales hold infinities and signalling NaNs."""
+    path = tmp_path / "random.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    names = [n for n in sorted(QUANTS) + sorted(CODEBOOKS) if n != "Q1_0"]
+    for i, name in enumerate(names):
+        d = dtypes.get(name)
+        raw = np.random.default_rng(i).integers(0, 256, (256, d.block_bytes), dtype=np.uint8)
+        w.add_tensor(f"blk.{i}.ffn_up.weight", raw, raw_dtype=gguf.GGMLQuantizationType[name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = subprocess.run([sys.executable, "-m", "ckptstat", "stats", str(path), "--json", "--no-progress"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
+    rows = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = dequantize(t.data, t.tensor_type).reshape(-1).astype(np.float64)
+        row = rows[t.name]
+        assert (row["count"], row["nan"], row["posinf"], row["neginf"]) == (
+            want.size, int(np.isnan(want).sum()), int((want == np.inf).sum()), int((want == -np.inf).sum())), t.name
+    assert sum(rows[t]["nan"] for t in rows) > 0

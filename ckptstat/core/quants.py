@@ -400,9 +400,10 @@ CODEBOOKS: dict[str, Callable[[U8], Parts]] = {
 
 def dequantize(blocks: U8, dtype: str) -> F32:
     """(n, block_bytes) -> (n, block) float32, bit-identical to gguf-py's `dequantize`."""
-    scale, code, add = (QUANTS[dtype].parts if dtype in QUANTS else CODEBOOKS[dtype])(blocks)
-    # an E8M0 scale of 2^127 times 6: inf, as in gguf-py (stats count it); an f16 signalling-NaN scale: NaN, silently
+    # an E8M0 scale of 2^127 times 6: inf, as in gguf-py (stats count it); an f16 signalling-NaN scale: NaN, silently;
+    # so is an f16 d of inf times a sub-block scale of 0 (Q2_K..Q5_K, IQ*: NaN in gguf-py too), within the parts
     with np.errstate(over="ignore", invalid="ignore"):
+        scale, code, add = (QUANTS[dtype].parts if dtype in QUANTS else CODEBOOKS[dtype])(blocks)
         values = scale[..., None] * code
         if add is not None:
             values = values + add[..., None]
