@@ -247,23 +247,26 @@ def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
     read; the progress in the weight's stored bytes, in proportion."""
     hist, pairs = zeroed("hist"), zeroed("pairs")
     total, seen, done = max(1, math.prod(info.shape)), 0, 0
-    try:
-        for codes, scales, biases in source.pieces(max(1, chunk_bytes // 4)):
-            if codes.shape[1] < 2 << source.bits:   # (narrow groups: the values themselves)
-                count16(source.patterns(codes, scales[:, None], None if biases is None else biases[:, None]).reshape(-1),
-                        hist)
-            else:
-                _count_pairs(source, codes, scales, biases, pairs, hist)
-            seen += codes.size
-            if progress:
-                now = info.nbytes * seen // total
-                progress(now - done)
-                done = now
-        return acc_from_hist16(hist, info.dtype, clear=True)
-    except BaseException:
-        hist.fill(0)
-        pairs.fill(0)
-        raise
+    # a NaN or infinite scale (a corrupt save) makes NaN and Inf values, counted as such, quietly: an inf scale times
+    # a code of 0 printed numpy's 'invalid value encountered in multiply' on stderr
+    with np.errstate(invalid="ignore", over="ignore"):
+        try:
+            for codes, scales, biases in source.pieces(max(1, chunk_bytes // 4)):
+                if codes.shape[1] < 2 << source.bits:   # (narrow groups: the values themselves)
+                    count16(source.patterns(codes, scales[:, None], None if biases is None else biases[:, None]).reshape(-1),
+                            hist)
+                else:
+                    _count_pairs(source, codes, scales, biases, pairs, hist)
+                seen += codes.size
+                if progress:
+                    now = info.nbytes * seen // total
+                    progress(now - done)
+                    done = now
+            return acc_from_hist16(hist, info.dtype, clear=True)
+        except BaseException:
+            hist.fill(0)
+            pairs.fill(0)
+            raise
 
 
 def _count_pairs(source: Dequantized, codes: np.ndarray, scales: np.ndarray, biases: np.ndarray | None,
