@@ -11,10 +11,10 @@ Accumulators (all mergeable, so chunks, tensors, shards and worker processes com
 - counts (elements, NaN, +Inf, -Inf, exact zeros) and min / max over finite values: exact;
 - mean and M2 (sum of squared deviations) merged with Chan, Golub & LeVeque's parallel update in
   float64; each chunk's own mean and M2 come from a float64 copy of the chunk (two-pass within the
-  chunk), so no sum-of-squares cancellation. std is the population std (ddof=0, numpy's default);
-  L2 norm = sqrt(M2 + n * mean^2); mean |x| from a float64 sum; float64 values of magnitude beyond
-  2^+-400 have their moments kept of x / 2^e, a power of two, so they neither overflow nor underflow
-  (accumulate.py scale_exp; docs/stats.md);
+  chunk), so no sum-of-squares cancellation; a mean far from zero keeps its rounding (centred). std
+  is the population std (ddof=0, numpy's default); L2 norm = sqrt(M2 + n * mean^2); mean |x| from
+  a float64 sum; float64 values of magnitude beyond 2^+-400 have their moments kept of x / 2^e, a
+  power of two, so they neither overflow nor underflow (accumulate.py scale_exp; docs/stats.md);
 - a histogram of 65536 bins keyed by a 16-bit pattern, from which quantiles are read (see
   QUANTILE_RULE): F16 tensors are binned by their own 16 bits (exact); every other dtype by the top
   16 bits of its float32 value, i.e. truncated to bfloat16, which is exact for BF16, fp8, fp6, fp4,

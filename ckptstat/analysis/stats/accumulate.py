@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -162,6 +162,31 @@ def unscale(v: float, e: int) -> float:
         return math.copysign(math.inf, v)
 
 
+# |mean| beyond 2^10 standard deviations (1e8 + noise of 1e-4): a mean rounded to float64, off by up to half an ulp
+# of |mean|, is off by a part of the spread that Chan's delta between two sets no longer hides
+_CANCEL = 2.0 ** 20
+
+
+def centred(n: int, mean: float, m2: float, deviations: Callable[[], float]) -> tuple[float, float]:
+    """(M2, the mean's low part) of n values whose squared deviations from `mean` (their sum / n, rounded) sum to m2.
+
+    Where |mean| > 2^10 std (docs/stats.md, "Means far from zero") the sum s of the deviations (`deviations()`: one
+    more pass, taken only then) gives the rounding of the mean, s / n, kept beside it (Acc.mean_lo), and M2 = m2 -
+    s^2 / n (the corrected two-pass algorithm of Chan, Golub & LeVeque, 1983). Elsewhere 0 (as good as exact there)
+    and m2 as given."""
+    if mean * mean * n <= _CANCEL * m2:
+        return m2, 0.0
+    s = float(deviations())
+    return max(m2 - s * s / n, 0.0), s / n
+
+
+def _two_sum(a: float, b: float) -> tuple[float, float]:
+    """a + b rounded, and its rounding error (Knuth's TwoSum: exact)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
 # --- the accumulator -----------------------------------------------------------------------------------
 
 @dataclass
@@ -185,6 +210,7 @@ class Acc:
     min: float = math.inf
     max: float = -math.inf
     mean: float = 0.0
+    mean_lo: float = 0.0     # the mean's rounding error, so the mean is mean + mean_lo to ~2^-106 (centred())
     m2: float = 0.0
     sum_abs: float = 0.0
     tensors: int = 0
@@ -261,14 +287,21 @@ class Acc:
         k = e_old - self.exponent()
         if k:
             self.mean, self.m2, self.sum_abs = math.ldexp(self.mean, k), math.ldexp(self.m2, 2 * k), math.ldexp(self.sum_abs, k)
+            self.mean_lo = math.ldexp(self.mean_lo, k)
 
-    def add_moments(self, n: int, mean: float, m2: float) -> None:
-        """Chan et al. (1979) pairwise update of (n, mean, M2)."""
+    def add_moments(self, n: int, mean: float, m2: float, mean_lo: float = 0.0) -> None:
+        """Chan et al. (1979) pairwise update of (n, mean, M2), the means carried with their low parts (centred()):
+        delta is then the difference of the true means, not of their roundings, whose error, up to half an ulp
+        of |mean|, would enter M2 to first order (2 * delta * error * na * nb / n) at every merge."""
         if n == 0:
             return
+        if self.n == 0:
+            self.n, self.mean, self.mean_lo, self.m2 = n, mean, mean_lo, m2
+            return
         tot = self.n + n
-        delta = mean - self.mean
-        self.mean += delta * n / tot
+        delta = (mean - self.mean) + (mean_lo - self.mean_lo)
+        hi, err = _two_sum(self.mean, delta * n / tot)
+        self.mean, self.mean_lo = _two_sum(hi, self.mean_lo + err)
         self.m2 += m2 + delta * delta * self.n * n / tot
         self.n = tot
 
@@ -324,7 +357,12 @@ class Acc:
         # Squared in place and summed by numpy's pairwise add, not np.dot: BLAS's dot threads, and
         # on a busy machine its threads cost more than the sum (docs/performance.md).
         np.multiply(d, d, out=d)
-        self.add_moments(n, mean, float(np.add.reduce(d)))
+
+        def deviations() -> float:   # (d is squared) the float64 values again, less the mean
+            y = x.astype(np.float64)
+            return float(np.add.reduce((np.ldexp(y, -e) if e else y) - mean))
+
+        self.add_moments(n, mean, *centred(n, mean, float(np.add.reduce(d)), deviations))
         if widened:   # |x| into the same buffer, now free
             self.sum_abs += float(np.add.reduce(np.abs(x, out=x64)))
         self.hist += np.bincount(self._keys(x), minlength=NBINS)
@@ -386,10 +424,10 @@ class Acc:
             self._rescale(e_old)
             k = e_other - e
             self.sum_abs += math.ldexp(other.sum_abs, k)
-            self.add_moments(other.n, math.ldexp(other.mean, k), math.ldexp(other.m2, 2 * k))
+            self.add_moments(other.n, math.ldexp(other.mean, k), math.ldexp(other.m2, 2 * k), math.ldexp(other.mean_lo, k))
         else:
             self.sum_abs += other.sum_abs
-            self.add_moments(other.n, other.mean, other.m2)
+            self.add_moments(other.n, other.mean, other.m2, other.mean_lo)
 
     def quantiles(self, ps: Sequence[float]) -> list[float | None]:
         keys, counts = self.bins()

@@ -30,7 +30,7 @@ from ...core.files import open_regular
 from ...core.io import contiguous_strides
 from ...core.tensor import check_expansion
 from ...errors import CorruptCheckpointError, reading
-from .accumulate import NBINS, Acc, new_acc, tables, value_order
+from .accumulate import NBINS, Acc, centred, new_acc, tables, value_order
 
 if TYPE_CHECKING:
     from ..dequantized import Dequantized
@@ -392,7 +392,7 @@ def acc_from_hist16(hist: np.ndarray, dtype: str, clear: bool = False) -> Acc:
     # spinning threads cost more CPU than the sum
     acc.mean = mean = float(np.add.reduce(h * v)) / n
     d = v - mean
-    acc.m2 = float(np.add.reduce(h * d * d))
+    acc.m2, acc.mean_lo = centred(n, mean, float(np.add.reduce(h * d * d)), lambda: float(np.add.reduce(h * d)))
     acc.sum_abs = float(np.add.reduce(h * np.abs(v)))
     return acc
 

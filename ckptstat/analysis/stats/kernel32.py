@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import numpy as np
 
 from ...core import Checkpoint, TensorInfo, urls
-from .accumulate import NBINS, Acc, new_acc, scratch
+from .accumulate import NBINS, Acc, centred, new_acc, scratch
 from .kernel16 import plain, plain_chunks
 
 F32_SUB = 1 << 16   # values per moment sub-read: 512 KiB of float64, which stays in a 1-2 MiB L2 cache
@@ -137,12 +138,13 @@ class F32Tensor:
             np.copyto(w, part)
             total = float(np.add.reduce(w))
             mean = total / n
+            lo = 0.0
             if acc.n and acc.mean * acc.mean * acc.n <= _ONE_PASS * acc.m2:   # about zero: M2 = sum(x^2) - sum(x)^2 / n
                 m2 = max(float(np.einsum("i,i->", w, w)) - total * mean, 0.0)
             else:
                 d = scratch(_CENTRED, n, np.float64)
                 np.subtract(w, mean, out=d)
-                m2 = float(np.einsum("i,i->", d, d))
+                m2, lo = centred(n, mean, float(np.einsum("i,i->", d, d)), partial(np.add.reduce, d))
             acc.sum_abs += float(np.einsum("i->", np.abs(w, out=w)))
-            acc.add_moments(n, mean, m2)
+            acc.add_moments(n, mean, m2, lo)
 
