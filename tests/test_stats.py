@@ -15,6 +15,7 @@ import pytest
 
 from ckptstat import open_checkpoint
 from ckptstat.analysis.stats import QUANTILES, collect, select
+from ckptstat.core.jsontext import dumps
 from ckptstat.errors import UnknownFormatError, UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -345,3 +346,24 @@ def test_mean_abs_of_an_integer_tensor_holding_its_minimum(tmp_path) -> None:
     rows = {r["name"]: r for r in collect(open_checkpoint(_write(tmp_path, t)), all_roles=True).report["tensors"]}
     for name, v in t.items():
         assert rows[name]["mean_abs"] == pytest.approx(np.abs(v.numpy().astype(np.float64)).mean(), rel=1e-15), name
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_min_and_max_of_integers_beyond_2_53_are_exact(tmp_path, workers: int) -> None:
+    """The bug: min and max were float64, so an int64 of 2^53 + 1 read 2^53 and uint64's 2^64 - 1 read 1.8446744073709552e19
+    (a position id, a hash, a seed held as a buffer); numpy's min and max are the integers themselves. Now each is the
+    int where float64 cannot hold it, through the tensor, layer, bucket and total rows."""
+    torch = pytest.importorskip("torch")
+    t = {"layers.0.a": torch.tensor([2**53 + 3, 2**53 + 1, 2**53 + 5], dtype=torch.int64),
+         "layers.0.b": torch.tensor([2**64 - 1, 2**63 + 1, 7], dtype=torch.uint64),
+         "layers.1.c": torch.tensor([-2**63 + 1, 0, 3], dtype=torch.int64)}
+    arrays = {k: v.numpy() if v.dtype != torch.uint64 else v.view(torch.int64).numpy().view(np.uint64) for k, v in t.items()}
+    r = collect(open_checkpoint(_write(tmp_path, t)), all_roles=True, workers=workers).report
+    rows = {row["name"]: row for row in r["tensors"]}
+    for name, a in arrays.items():
+        assert (rows[name]["min"], rows[name]["max"]) == (int(a.min()), int(a.max())), name
+    for group, names in ((next(row for row in r["layers"] if row["layer"] == 0), ("layers.0.a", "layers.0.b")),
+                         (r["total"], tuple(arrays))):
+        want = (min(int(arrays[n].min()) for n in names), max(int(arrays[n].max()) for n in names))
+        assert (group["min"], group["max"]) == want, names
+    assert f'"max": {int(arrays["layers.0.b"].max())},' in dumps(r)

@@ -187,6 +187,14 @@ def _two_sum(a: float, b: float) -> tuple[float, float]:
     return s, (a - (s - bb)) + (b - bb)
 
 
+def held(v: np.generic) -> float:
+    """A chunk's min or max as a Python float, or as the int itself where float64 cannot hold it (an int64 or
+    uint64 beyond 2^53: 2^53 + 1 read 2^53 before): min and max are exact, as numpy's are."""
+    x = v.item()
+    f = float(x)
+    return x if isinstance(x, int) and not isinstance(x, bool) and f != x else f
+
+
 # --- the accumulator -----------------------------------------------------------------------------------
 
 @dataclass
@@ -334,7 +342,7 @@ class Acc:
                 total = float(np.add.reduce(x, dtype=np.float64))
         n = x.size
         self.zeros += n - int(np.count_nonzero(x))
-        cmin, cmax = float(x.min()), float(x.max())
+        cmin, cmax = held(x.min()), held(x.max())
         e_old = self.exponent()
         self.min, self.max = min(self.min, cmin), max(self.max, cmax)
         if x.dtype.kind in "iu" and (cmin < -256 or cmax > 256):
