@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
 from ...census import aliases, logical, parameters
 from ...core import Checkpoint, TensorInfo
 from ...errors import UsageError
-from .match import Names, Patterns
+from .match import Endings, Names, Patterns
 
 ADAPTER_SCHEMA = "ckptstat.adapter/1"
 
@@ -82,23 +83,39 @@ def _strip_wrappers(segs: list[str]) -> str:
     return ".".join(out)
 
 
-_MTS: tuple[object, Names] = (None, Names(()))
+_MTS: tuple[object, Endings] = (None, Endings(()))
 
 
-def _modules_to_save(cfg: dict[str, Any]) -> Names:
+def _modules_to_save(cfg: dict[str, Any]) -> Endings:
     """The config's modules_to_save as a matcher, built once per config list (classify runs per tensor)."""
     global _MTS
     value = cfg.get("modules_to_save")
     if _MTS[0] is not value:
-        _MTS = (value, Names(m for m in _list(value) if isinstance(m, str)))
+        _MTS = (value, Endings(m for m in _list(value) if isinstance(m, str)))
     return _MTS[1]
 
 
-def classify(name: str, cfg: dict[str, Any]) -> tuple[str, str, str]:
+def _saved_module(module: str, cfg: dict[str, Any]) -> int:
+    """How many of `module`'s parts name the module a modules_to_save entry wrapped (0: none): the outermost
+    whose name, as peft's named_modules spell it, ends with an entry (peft/utils/other.py `_set_trainable`).
+    A whole block (`layers.1.mlp`) is saved as its tensors, `layers.1.mlp.down_proj.weight`."""
+    full, mts = f"base_model.model.{module}.", _modules_to_save(cfg)
+    k, end = 0, full.find(".", len("base_model.model."))
+    while end >= 0:
+        k += 1
+        if mts.match(full, end):
+            return k
+        end = full.find(".", end + 1)
+    return 0
+
+
+def classify(name: str, cfg: dict[str, Any], names: Collection[str] = ()) -> tuple[str, str, str]:
     """(kind, module, param) of one adapter tensor. kind: adapter (a tuner parameter), shared (a frozen
     tensor the tuner shares between modules), prompt (virtual-token embeddings), modules_to_save, bias
     (a base bias trained with bias='all'/'lora_only'), base (a base weight saved beside the adapter, e.g.
-    a resized embedding)."""
+    a resized embedding), copy (a second copy of a saved tensor: with bias='all' peft also saves a
+    modules_to_save wrapper's own `X.modules_to_save.bias` beside its copy `X.bias`, and the frozen
+    `X.original_module.bias`; `names`, the file's tensor names, tells the first from a copy saved unrenamed)."""
     if name.startswith("base_model.model."):
         rest = name[len("base_model.model."):]
     elif name.startswith("base_model."):
@@ -110,8 +127,13 @@ def classify(name: str, cfg: dict[str, Any]) -> tuple[str, str, str]:
         if s.startswith(ALL_PREFIXES):
             return "adapter", _strip_wrappers(segs[:i]), ".".join(segs[i:])
     module, param = _strip_wrappers(segs[:-1]), segs[-1]
-    if _modules_to_save(cfg).match(module):
-        return "modules_to_save", module, param
+    if "original_module" in segs[:-1] or ("modules_to_save" in segs[:-1] and names and
+                                          name.replace(".modules_to_save.", ".", 1) in names):
+        return "copy", module, param
+    k = _saved_module(module, cfg)
+    if k:
+        parts = module.split(".")
+        return "modules_to_save", ".".join(parts[:k]), ".".join(parts[k:] + [param])
     if param == "bias" and cfg.get("bias", "none") not in (None, "none"):
         return "bias", module, param
     return "base", module, param
@@ -148,7 +170,9 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
     cfg: dict[str, Any] = dict(ckpt.adapter)
     alias_of = aliases(ckpt)
     tensors = [t for t in ckpt if t.name not in alias_of]
-    kind_of = {t.name: classify(t.name, cfg) for t in tensors}
+    _modules_to_save(cfg).work = 0
+    names = {t.name for t in tensors}
+    kind_of = {t.name: classify(t.name, cfg, names) for t in tensors}
     typ = adapter_type(cfg, [t.name for t in tensors])
     r_cfg, alpha = _num(cfg.get("r")), _num(cfg.get("lora_alpha", cfg.get("alpha")))
     rank_pattern, alpha_pattern = _dict(cfg.get("rank_pattern")), _dict(cfg.get("alpha_pattern"))
@@ -258,6 +282,10 @@ def _notes(cfg: dict[str, Any], typ: dict[str, Any], totals: dict[str, int]) -> 
     if totals["base"]:
         notes.append("base weights saved beside the adapter (peft save_embedding_layers: a resized or targeted "
                      "embedding) replace the base's when loaded")
+    if totals["copy"]:
+        notes.append(f"{totals['copy']:,} parameters are second copies peft saved with bias='all' (a "
+                     "modules_to_save wrapper's `modules_to_save` and `original_module` tensors beside its copy): "
+                     "not trainable, not counted again")
     if isinstance(cfg.get("target_modules"), str):
         notes.append(f"target_modules is a pattern ({cfg['target_modules'][:200]!r}); targets are grouped by module name")
     return notes
@@ -305,10 +333,11 @@ def compare_base(report: dict, ckpt: Checkpoint, base: Checkpoint, cfg: dict[str
             mismatched.append(f"{row['module']}: {bad}")
     delta, replaced, added = 0, 0, 0
     alias_of = aliases(ckpt)
+    names = {t.name for t in ckpt if t.name not in alias_of}
     for t in ckpt:
-        if t.name in alias_of:
+        if t.name not in names:
             continue
-        kind, module, param = classify(t.name, cfg)
+        kind, module, param = classify(t.name, cfg, names)
         if kind not in ("modules_to_save", "bias", "base"):
             continue
         hit = _find(index, f"{module}.{param}")

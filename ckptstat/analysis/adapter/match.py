@@ -1,7 +1,9 @@
 """Module names matched against the name lists and patterns of an adapter_config.json, as peft matches
 them, in time linear in the names (docs/adapters.md, docs/security.md).
 
-peft matches a target or modules_to_save entry `n` when the module is `n` or ends with `.n`, and a
+peft matches a target entry `n` when the module is `n` or ends with `.n` (tuners_utils.py
+`check_target_module_exists`), a modules_to_save entry when the module's name ends with it at all (other.py
+`_set_trainable`: `key.endswith(target_key)`, so `head` wraps `lm_head`), and a
 rank_pattern / alpha_pattern key with `re.match(rf"(.*\\.)?({key})$", module)`, the first key in the
 config's order winning (peft/utils/other.py `get_pattern_key`). Both lists come from the file: looping
 over every entry for every module costs entries x modules (a 16 MB config against a 100 MB header:
@@ -10,6 +12,8 @@ over every entry for every module costs entries x modules (a 16 MB config agains
 - Plain entries go into a trie of their `.`-separated parts, walked from a module's last part: "is
   `n` or ends with `.n`" is exactly "n's parts end module's parts", and a lookup costs the module's
   parts, whatever the number of entries.
+- modules_to_save entries go into a trie of their characters, reversed: "ends with `n`" is a walk back from
+  the name's end, as long as the longest entry at most; the walks over one report are bounded (MAX_WORK).
 - Pattern keys (a regex character other than `.`, which peft's real keys use as a separator) are tried
   in order with peft's regex, except keys with two quantifiers or more or longer than MAX_KEY (backtracking
   a power of the name's length: `" * * * *"`, `"(a+)+"`), and names longer than MAX_NAME (a 200,000-dot
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from ...errors import CorruptCheckpointError
 
@@ -97,3 +102,36 @@ class Patterns:
             except re.error:
                 continue
         return best
+
+
+class Endings:
+    """modules_to_save entries: `match(name)` is the entry the name ends with (peft's `key.endswith(entry)`),
+    None when none does."""
+
+    def __init__(self, names: Iterable[str]):
+        self.root: dict[str, Any] = {}
+        for n in names:
+            node = self.root
+            for ch in reversed(n):
+                node = node.setdefault(ch, {})
+            node[""] = n    # an entry ends here ("" is no character)
+        self.work = 0
+
+    def match(self, name: str, end: int | None = None) -> str | None:
+        """The entry `name[:end]` ends with."""
+        node = self.root
+        if "" in node:
+            return str(node[""])
+        for i in reversed(range(len(name) if end is None else end)):
+            nxt = node.get(name[i])
+            if not isinstance(nxt, dict):
+                return None
+            node = nxt
+            self.work += 1
+            if self.work > MAX_WORK:
+                raise CorruptCheckpointError("adapter_config.json", "matching its modules_to_save entries against "
+                                                                    "the adapter's tensor names takes more work than "
+                                                                    "ckptstat does (a crafted config or names)")
+            if "" in node:
+                return str(node[""])
+        return None
