@@ -55,7 +55,7 @@ def test_counts_agree_with_peft(written, case):
     assert sum(g["params"] for g in r["targets"]) == sum(m["params"] for m in r["modules"])
 
 
-@pytest.mark.parametrize("case", ["llama-dora", "llama-lora-bin", "gpt2-lora-bias", "gpt2-adalora"])
+@pytest.mark.parametrize("case", ["llama-dora", "llama-lora-bin", "gpt2-lora-bias", "gpt2-adalora", "gpt-oss-lora-experts"])
 def test_rank_alpha_and_scaling_per_module(written, case):
     """rank_pattern / alpha_pattern / use_rslora resolved per module as peft resolved them."""
     folder, oracle = written[case]

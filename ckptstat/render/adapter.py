@@ -54,6 +54,8 @@ def render_adapter(r: dict, console: Console) -> None:
     if r["target_modules"]:
         tm = r["target_modules"]
         console.print(Text("targets      ").append_text(safe(", ".join(tm) if isinstance(tm, list) else tm)))
+    if r.get("target_parameters"):
+        console.print(Text("parameters   ").append_text(safe(", ".join(r["target_parameters"]))))
     if r["prompt"]:
         console.print(Text("prompt       ").append_text(safe(", ".join(f"{k}={v}" for k, v in r["prompt"].items()))))
     head = Text(f"trainable    {_n(p['trainable'])}", style="bold")

@@ -139,6 +139,17 @@ def classify(name: str, cfg: dict[str, Any], names: Collection[str] = ()) -> tup
     return "base", module, param
 
 
+def _wrapped_parameters(module: str, cfg: dict[str, Any]) -> list[str]:
+    """The parameters of `module` a LoRA config's `target_parameters` names (peft/tuners/tuners_utils.py
+    `_inject_parameters`: the key `<module>.<param>` is an entry or ends with `.<entry>`), in sorted entry order."""
+    out = []
+    for entry in sorted(e for e in _list(cfg.get("target_parameters")) if isinstance(e, str)):
+        owner, _, param = entry.rpartition(".")
+        if param not in out and (not owner or module == owner or module.endswith("." + owner)):
+            out.append(param)
+    return out
+
+
 def _rank_of(param: str, t: TensorInfo) -> int | None:
     """The rank a tensor stores: LoRA/AdaLoRA/DoRA `lora_A` [r, in] (embeddings: `lora_embedding_A`
     [r, vocab]), VeRA `vera_lambda_d` [r]."""
@@ -204,10 +215,19 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
     for module, row in modules.items():
         # trainable-token rows (peft/tuners/trainable_tokens) have no rank or alpha
         tokens = all(p["param"].startswith("trainable_tokens_") for p in row["parts"])
-        rk, ak = (None, None) if tokens else (ranks.match(module), alphas.match(module))
-        row["config_rank"] = None if tokens else rank_pattern[rk] if rk is not None else r_cfg
-        row["alpha"] = None if tokens else alpha_pattern[ak] if ak is not None else alpha
+        wrapped = [] if tokens else _wrapped_parameters(module, cfg)
+        keys = [f"{module}.{w}" for w in wrapped] or [module]   # peft matches a parameter's patterns on its key
+        rks, aks = {ranks.match(k) for k in keys}, {alphas.match(k) for k in keys}
+        rk, ak = (None, None) if tokens or len(rks) > 1 or len(aks) > 1 else (rks.pop(), aks.pop())
+        several = len(rks) > 1 or len(aks) > 1   # the wrapped parameters' patterns differ: no one rank or alpha
+        row["config_rank"] = None if tokens or several else rank_pattern[rk] if rk is not None else r_cfg
+        row["alpha"] = None if tokens or several else alpha_pattern[ak] if ak is not None else alpha
         row["pattern"] = {"rank": rk, "alpha": ak}
+        if wrapped:   # LoRA on a 3-D experts parameter (ParamWrapper): lora_A is [r x experts, in]
+            row["parameters"] = wrapped
+            r, stored = row["config_rank"], row["rank"]
+            if isinstance(r, int) and r > 0 and isinstance(stored, int) and stored % r == 0:
+                row["rank"], row["experts"] = r, stored // r
         row["target"] = (targets_of.match(module) or module.rsplit(".", 1)[-1]) + (" (trainable tokens)" if tokens else "")
         row["scale"] = _scale(row["alpha"], row["rank"] or row["config_rank"], bool(cfg.get("use_rslora")), typ["peft_type"])
 
@@ -236,6 +256,7 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
                  "use_rslora": bool(cfg.get("use_rslora")),
                  "stored_ranks": sorted({m["rank"] for m in modules.values() if m["rank"] is not None})},
         "target_modules": targets_cfg,
+        "target_parameters": [e for e in _list(cfg.get("target_parameters")) if isinstance(e, str)],
         "targets": sorted(target_rows, key=lambda g: -g["params"]),
         "modules": list(modules.values()),
         "modules_to_save": {"config": cfg.get("modules_to_save"), "modules": list(mts.values()),
@@ -324,6 +345,10 @@ def compare_base(report: dict, ckpt: Checkpoint, base: Checkpoint, cfg: dict[str
     base_total = sum(t.numel for t in base_params)
     missing, mismatched = [], []
     for row in report["modules"]:
+        if row.get("parameters"):   # parameters LoRA wraps in place (target_parameters): their own names
+            if any(_find(index, f"{row['module']}.{w}") is None for w in row["parameters"]):
+                missing.append(row["module"])
+            continue
         hit = _find(index, row["module"] + ".weight")
         if hit is None:
             missing.append(row["module"])
