@@ -76,3 +76,31 @@ def test_compressed_npz_storage_line_is_not_negative_padding(tmp_path, capsys):
     assert f"file {size:,} B holds tensors of {nbytes:,} B compressed ({nbytes / size:.1f}x)" in out
     assert "headers/padding" not in out
     assert summarize(open_checkpoint(path))["storage"]["overhead_bytes"] == size - nbytes
+
+
+def test_npz_members_not_named_npy_are_read_as_np_load_offers_them(tmp_path):
+    """np.load offers every member of an .npz: one not named `*.npy` under its whole name, as an array when its
+    bytes are .npy bytes, else as raw bytes. Before, only `*.npy` members were read: the array `w` below was dropped
+    without a word, and the count was short by its 12 elements."""
+    import io
+    import zipfile
+
+    p = tmp_path / "hand-made.npz"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("meta.json", '{"step": 3}')
+        for member, array, how in (("w", np.arange(12, dtype="<f4").reshape(3, 4), zipfile.ZIP_DEFLATED),
+                                   ("b.npy", np.ones(4, ">f8"), zipfile.ZIP_STORED),
+                                   ("params/kernel", np.arange(6, dtype="<i2"), zipfile.ZIP_STORED)):
+            buf = io.BytesIO()
+            np.save(buf, array)
+            z.writestr(member, buf.getvalue(), compress_type=how)
+    with np.load(p, allow_pickle=False) as npz:
+        loaded = {k: npz[k] for k in npz.files}
+    arrays = {k: v for k, v in loaded.items() if isinstance(v, np.ndarray)}
+    assert set(arrays) == {"w", "b", "params/kernel"} and loaded["meta.json"] == b'{"step": 3}'
+    ckpt = open_checkpoint(p)
+    assert set(ckpt.tensors) == set(arrays)
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(ckpt.read(k), v)
+    assert summarize(ckpt)["parameters"]["unique"] == sum(v.size for v in arrays.values() if v.dtype.kind == "f")
+    assert any("1 member(s) hold no .npy array" in n for n in ckpt.notes)

@@ -138,10 +138,10 @@ def _open_npz(path: str) -> Checkpoint:
         if len(members) > MAX_MEMBERS:
             raise CorruptCheckpointError(path, f"archive lists {len(members):,} members (at most {MAX_MEMBERS:,} read)")
         tensors: dict[str, TensorInfo] = {}
-        compressed = 0
+        compressed, others = 0, 0
         for info in members:
-            if not info.filename.endswith(".npy"):
-                continue   # (np.load offers other members by their whole name: docs/numpy.md)
+            # np.load (NpzFile.__getitem__) offers every member: `x.npy` as key `x`, any other by its whole name,
+            # as an array when its bytes open with the .npy magic, else as the raw bytes (no tensor)
             name = info.filename.removesuffix(".npy")
             start = data_offset(path, f, info, size)
             if info.compress_type == zipfile.ZIP_STORED:
@@ -150,6 +150,9 @@ def _open_npz(path: str) -> Checkpoint:
             else:
                 with zf.open(info) as member:
                     head = _bounded(member, min(info.file_size, 12 + MAX_HEADER))
+            if not info.filename.endswith(".npy") and head[:6] != MAGIC:
+                others += 1
+                continue
             at, header = _header(path, head, f"member {info.filename!r}")
             stored = info.file_size - at
             if info.compress_type == zipfile.ZIP_STORED:
@@ -165,6 +168,8 @@ def _open_npz(path: str) -> Checkpoint:
     if not tensors:
         raise CorruptCheckpointError(path, "the archive holds no .npy member")
     ckpt = Checkpoint(path=path, format="numpy (npz)", tensors=tensors, files=(path,))
+    if others:
+        ckpt.notes.append(f"{others} member(s) hold no .npy array (np.load gives their raw bytes): not tensors")
     if compressed:
         ckpt.readers[path] = ZipStreamReader(path)
         ckpt.notes.append(f"{compressed} member(s) are deflated (savez_compressed): values are read by streaming "
