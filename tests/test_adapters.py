@@ -23,7 +23,7 @@ def written(tmp_path_factory) -> dict[str, tuple[str, dict]]:
     """Every case written once: name -> (folder with base/ and adapter/, peft's numbers)."""
     root = tmp_path_factory.mktemp("adapters")
     out = {}
-    for case in make_adapters.CASES:
+    for case in make_adapters.CASES + make_adapters.SHARED_BANK:
         folder = os.path.join(root, case)
         out[case] = (folder, make_adapters.write_adapter(case, folder))
     return out
@@ -53,6 +53,40 @@ def test_counts_agree_with_peft(written, case):
             per_leaf[leaf] = per_leaf.get(leaf, 0) + m["params"]
     assert per_leaf == oracle["targets"]                     # trainable tuner parameters per target module
     assert sum(g["params"] for g in r["targets"]) == sum(m["params"] for m in r["modules"])
+
+
+@pytest.mark.parametrize("case", make_adapters.SHARED_BANK)
+def test_shared_trainable_bank_counts_as_peft_does(written, case):
+    """VB-LoRA's vector bank and Uni-LoRA's theta are saved once under base_model. and are trainable (before: called
+    shared frozen tensors, 64 and 256 parameters short of peft's count)."""
+    folder, oracle = written[case]
+    r = _report(folder)
+    assert r["parameters"]["trainable"] == oracle["trainable"]
+    assert r["base"]["unmerged"] == oracle["all"] and r["base"]["merged"] == oracle["merged"]
+
+
+def test_frozen_and_trainable_name_tables_are_peft_s():
+    """FROZEN_IN_MODULE are tensors a tuner layer holds as buffers (its other_param_names), TRAINABLE_SHARED ones it
+    trains (adapter_layer_names): both read from peft's own layer classes."""
+    import importlib
+    import pkgutil
+
+    import peft.tuners
+
+    from ckptstat.analysis.adapter import FROZEN_IN_MODULE, TRAINABLE_SHARED
+
+    trained, other = set(), set()
+    for mod in pkgutil.iter_modules(peft.tuners.__path__):
+        try:
+            layer = importlib.import_module(f"peft.tuners.{mod.name}.layer")
+        except ImportError:
+            continue
+        for cls in vars(layer).values():
+            if isinstance(cls, type):
+                trained |= set(getattr(cls, "adapter_layer_names", ()))
+                other |= set(getattr(cls, "other_param_names", ()))
+    assert FROZEN_IN_MODULE <= other - trained
+    assert TRAINABLE_SHARED <= trained - other
 
 
 @pytest.mark.parametrize("case", ["llama-dora", "llama-lora-bin", "gpt2-lora-bias", "gpt2-adalora", "gpt-oss-lora-experts"])

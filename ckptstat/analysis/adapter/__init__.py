@@ -46,6 +46,13 @@ PROMPT_LEARNING = {"PROMPT_TUNING": "prompt tuning", "MULTITASK_PROMPT_TUNING": 
 # Methods merge_and_unload cannot fold into the base weights (they add computation at run time).
 NOT_MERGEABLE = {"ADAPTION_PROMPT", "XLORA", "POLY"}
 ALL_PREFIXES = tuple(sorted({p for _, p in TUNERS.values()}))
+# Where peft's own names say otherwise than the key's place: tensors saved under a module that the tuner's layer holds
+# as frozen buffers (its `other_param_names`), and tensors saved once under `base_model.` that are trainable (its
+# `adapter_layer_names`: a bank or vector every module draws on). peft 0.21's tuners/<method>/layer.py;
+# tests/test_adapters.py checks both sets against those classes.
+FROZEN_IN_MODULE = frozenset({"randlora_A", "randlora_B", "shira_indices", "tinylora_A", "tinylora_B", "tinylora_P",
+                              "delora_w_norm"})
+TRAINABLE_SHARED = frozenset({"vblora_vector_bank", "unilora_theta_d", "tinylora_v"})
 # Module wrappers peft puts between a module's name and its own tensors (LoRA's base_layer, trainable tokens).
 WRAPPERS = {"base_layer", "token_adapter", "modules_to_save", "original_module"}
 
@@ -111,7 +118,9 @@ def _saved_module(module: str, cfg: dict[str, Any]) -> int:
 
 def classify(name: str, cfg: dict[str, Any], names: Collection[str] = ()) -> tuple[str, str, str]:
     """(kind, module, param) of one adapter tensor. kind: adapter (a tuner parameter), shared (a frozen
-    tensor the tuner shares between modules), prompt (virtual-token embeddings), modules_to_save, bias
+    tensor the tuner shares between modules, or one a module holds as a buffer: FROZEN_IN_MODULE),
+    trainable_shared (a tuner parameter saved once for every module: TRAINABLE_SHARED), prompt (virtual-token
+    embeddings), modules_to_save, bias
     (a base bias trained with bias='all'/'lora_only'), base (a base weight saved beside the adapter, e.g.
     a resized embedding), copy (a second copy of a saved tensor: with bias='all' peft also saves a
     modules_to_save wrapper's own `X.modules_to_save.bias` beside its copy `X.bias`, and the frozen
@@ -119,13 +128,14 @@ def classify(name: str, cfg: dict[str, Any], names: Collection[str] = ()) -> tup
     if name.startswith("base_model.model."):
         rest = name[len("base_model.model."):]
     elif name.startswith("base_model."):
-        return "shared", "", name[len("base_model."):]
+        rest = name[len("base_model."):]
+        return "trainable_shared" if rest.split(".")[0] in TRAINABLE_SHARED else "shared", "", rest
     else:
         return "prompt", "", name
     segs = rest.split(".")
     for i, s in enumerate(segs):
         if s.startswith(ALL_PREFIXES):
-            return "adapter", _strip_wrappers(segs[:i]), ".".join(segs[i:])
+            return "shared" if s in FROZEN_IN_MODULE else "adapter", _strip_wrappers(segs[:i]), ".".join(segs[i:])
     module, param = _strip_wrappers(segs[:-1]), segs[-1]
     if "original_module" in segs[:-1] or ("modules_to_save" in segs[:-1] and names and
                                           name.replace(".modules_to_save.", ".", 1) in names):
@@ -242,7 +252,8 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
     target_rows = [{**g, "ranks": sorted(x for x in g["ranks"] if x is not None),
                     "alphas": sorted(x for x in g["alphas"] if isinstance(x, (int, float)))} for g in targets.values()]
 
-    trainable = totals["adapter"] + totals["prompt"] + totals["modules_to_save"] + totals["bias"]
+    tuner = totals["adapter"] + totals["trainable_shared"] + totals["prompt"]
+    trainable = tuner + totals["modules_to_save"] + totals["bias"]
     stored = sum(totals.values())
     notes = _notes(cfg, typ, totals)
     report: dict[str, Any] = {
@@ -262,7 +273,7 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
         "modules_to_save": {"config": cfg.get("modules_to_save"), "modules": list(mts.values()),
                             "params": totals["modules_to_save"]},
         "other_tensors": others,
-        "parameters": {"adapter": totals["adapter"] + totals["prompt"], "modules_to_save": totals["modules_to_save"],
+        "parameters": {"adapter": tuner, "modules_to_save": totals["modules_to_save"],
                        "biases": totals["bias"], "trainable": trainable, "shared_frozen": totals["shared"],
                        "base_weights": totals["base"], "stored": stored, "tensors": len(tensors)},
         "counting": ("every stored tensor once; trainable = the tuner's parameters + modules_to_save copies + trained "
@@ -298,8 +309,8 @@ def _notes(cfg: dict[str, Any], typ: dict[str, Any], totals: dict[str, int]) -> 
     if typ["peft_type"] == "ADALORA":
         notes.append("AdaLoRA stores init_r ranks; the ranks its lora_E masks keep are in the values, not the headers")
     if totals["shared"]:
-        notes.append("shared frozen tensors (e.g. VeRA's vera_A/vera_B, save_projection=True) are buffers at run "
-                     "time, not trainable parameters")
+        notes.append("frozen tensors saved with the adapter (VeRA's shared vera_A/vera_B with save_projection=True, "
+                     "RandLoRA's random bases, SHiRA's indices...) are buffers at run time, not trainable parameters")
     if totals["base"]:
         notes.append("base weights saved beside the adapter (peft save_embedding_layers: a resized or targeted "
                      "embedding) replace the base's when loaded")
