@@ -17,6 +17,7 @@ from collections.abc import Collection
 from typing import Any
 
 from ...census import aliases, logical, parameters
+from ...census.ties import find_ties
 from ...core import Checkpoint, TensorInfo
 from ...errors import UsageError
 from .match import Endings, Names, Patterns
@@ -59,8 +60,9 @@ WRAPPERS = {"base_layer", "token_adapter", "modules_to_save", "original_module"}
 MERGE_RULE = ("merged = base with the adapter folded in (peft merge_and_unload): an adapted weight is updated in "
               "place (LoRA, DoRA, IA3, LoHa, LoKr, OFT, VeRA...: shapes unchanged, +0); a modules_to_save copy, a "
               "trained bias or a saved base weight replaces the base tensor of its name (+0 when the base holds it "
-              "at that shape; its size when the base lacks it, e.g. a new classifier head, or stores it tied to another "
-              "tensor, which merging unties); trainable-token deltas are written into the embedding rows (+0). "
+              "at that shape; its size when the base lacks it, e.g. a new classifier head, or when the copy unties a "
+              "name of a tied group from the others, unless ensure_weight_tying ties them to the copy); "
+              "trainable-token deltas are written into the embedding rows (+0). "
               "Unmerged = base + the tuner's parameters + modules_to_save copies (trained biases are the base's own; "
               "AdaLoRA adds one unsaved ranknum scalar per module): what peft's get_nb_trainable_parameters calls "
               "'all params'")
@@ -352,7 +354,8 @@ def compare_base(report: dict, ckpt: Checkpoint, base: Checkpoint, cfg: dict[str
     base_params = parameters(base)
     by_name = {t.name: t for t in base_params}
     stored = {t.name: t for t in logical(base)}   # a quantised base (QLoRA) by its logical shapes
-    index = _suffix_index(list(stored))
+    tied = {t.alias: t.target for t in find_ties(base)}   # counted once in the base: its group's one tensor
+    index = _suffix_index(list(stored) + [a for a in tied if a not in stored])
     base_total = sum(t.numel for t in base_params)
     missing, mismatched = [], []
     for row in report["modules"]:
@@ -370,6 +373,7 @@ def compare_base(report: dict, ckpt: Checkpoint, base: Checkpoint, cfg: dict[str
     delta, replaced, added = 0, 0, 0
     alias_of = aliases(ckpt)
     names = {t.name for t in ckpt if t.name not in alias_of}
+    groups: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)   # a tied group -> its names saved: (size, kind)
     for t in ckpt:
         if t.name not in names:
             continue
@@ -377,12 +381,29 @@ def compare_base(report: dict, ckpt: Checkpoint, base: Checkpoint, cfg: dict[str
         if kind not in ("modules_to_save", "bias", "base"):
             continue
         hit = _find(index, f"{module}.{param}")
-        if hit is not None and hit in by_name:
+        group = tied.get(hit, hit) if hit is not None else None
+        if hit is not None and group in by_name and (hit in tied or group in tied.values()):
+            groups[group][hit] = (t.numel, kind)   # one name of a tied group (below)
+        elif hit is not None and hit in by_name:
             delta += t.numel - by_name[hit].numel
             replaced += 1
         else:   # the base lacks it (a new head), or holds it tied to another tensor: merging adds it
             delta += t.numel
             added += 1
+    for group, saved in groups.items():
+        # merge_and_unload swaps a modules_to_save module for its copy: names of the group it does not replace keep
+        # the base's tensor, so the copies are new tensors beside it (GPT-2's lm_head copy unties it from wte; an
+        # embed_tokens copy from a tied lm_head); with ensure_weight_tying peft ties the group to one copy (and saves
+        # it under each name). Weights saved without a copy (save_embedding_layers) are loaded in place: +0.
+        size = by_name[group].numel
+        replaced += len(saved)
+        if all(kind != "modules_to_save" for _, kind in saved.values()):
+            delta += max(n for n, _ in saved.values()) - size
+            continue
+        members = {group} | {a for a, g in tied.items() if g == group}
+        kept = size if members - set(saved) else 0
+        copies = [n for n, _ in saved.values()]
+        delta += (max(copies) if cfg.get("ensure_weight_tying") else sum(copies)) + kept - size
     mergeable = not typ["prompt_learning"] and typ["peft_type"] not in NOT_MERGEABLE
     p = report["parameters"]
     trainable = p["trainable"]
