@@ -226,3 +226,38 @@ def test_adapter_folder_holding_a_model_too(written, tmp_path, cli):
     assert rc == 0, err
     r = json.loads(out)
     assert r["schema"] == "ckptstat.adapter/1" and r["parameters"]["trainable"] == oracle["trainable"]
+
+
+def test_trained_adalora_ranks_and_scale_as_peft_loads_them(tmp_path):
+    """AdaLoRA's budget prunes ranks while it trains; save_pretrained writes each module resized to the ranks kept and
+    rank_pattern as their masks. peft loads it with those ranks and scales every module by alpha / ranknum, its
+    init_r. Before, the scale was alpha / the stored rank (4.0 and 8.0 where peft has 1.33)."""
+    import peft
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = make_adapters._llama()
+    model.save_pretrained(tmp_path / "base")
+    config = peft.AdaLoraConfig(init_r=6, target_r=2, target_modules=["q_proj", "v_proj"], total_step=20, tinit=2,
+                                tfinal=4, deltaT=1, task_type="CAUSAL_LM")
+    pm = peft.get_peft_model(model, config)
+    opt = torch.optim.SGD(pm.parameters(), lr=0.1)
+    for step in range(20):
+        x = torch.randint(0, 96, (2, 8))
+        pm(input_ids=x, labels=x).loss.backward()
+        pm.base_model.update_and_allocate(step)
+        opt.step()
+        opt.zero_grad()
+    pm.save_pretrained(tmp_path / "adapter")
+    loaded = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tmp_path / "base"), tmp_path / "adapter",
+                                            is_trainable=True)
+    want = {n.removeprefix("base_model.model."): (m.lora_A["default"].shape[0],
+                                                  m.scaling["default"] / float(m.ranknum["default"]))
+            for n, m in loaded.named_modules() if hasattr(m, "ranknum") and "default" in m.r}
+    r = _report(str(tmp_path))
+    assert len({rank for rank, _ in want.values()}) > 1   # the budget kept different ranks
+    assert {m["module"]: (m["rank"], pytest.approx(m["scale"])) for m in r["modules"]} == want
+    trainable, all_params = loaded.get_nb_trainable_parameters()
+    assert r["parameters"]["trainable"] == trainable and r["base"]["unmerged"] == all_params
+    assert r["rank"]["rank_pattern"] == {k: sum(v) for k, v in loaded.peft_config["default"].rank_pattern.items()}

@@ -74,8 +74,11 @@ def _num(v: Any) -> int | float | None:
 
 
 def _dict(v: Any) -> dict[str, Any]:
-    """A config field that should be a mapping (a hand-edited or hostile config may hold anything)."""
-    return {str(k): _num(x) for k, x in v.items()} if isinstance(v, dict) else {}
+    """A config field that should be a mapping (a hand-edited or hostile config may hold anything); AdaLoRA's
+    rank_pattern maps each lora_E to the mask of ranks its budget kept: their count."""
+    def value(x: Any) -> int | float | None:
+        return sum(x) if isinstance(x, list) and all(isinstance(b, bool) for b in x) else _num(x)
+    return {str(k): value(x) for k, x in v.items()} if isinstance(v, dict) else {}
 
 
 def _list(v: Any) -> list[Any]:
@@ -197,7 +200,9 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
     names = {t.name for t in tensors}
     kind_of = {t.name: classify(t.name, cfg, names) for t in tensors}
     typ = adapter_type(cfg, [t.name for t in tensors])
-    r_cfg, alpha = _num(cfg.get("r")), _num(cfg.get("lora_alpha", cfg.get("alpha")))
+    # AdaLoRA ignores `r`: its layers start at init_r (peft/tuners/adalora/model.py _create_and_replace)
+    r_cfg = _num(cfg.get("init_r" if typ["peft_type"] == "ADALORA" else "r"))
+    alpha = _num(cfg.get("lora_alpha", cfg.get("alpha")))
     rank_pattern, alpha_pattern = _dict(cfg.get("rank_pattern")), _dict(cfg.get("alpha_pattern"))
     targets_cfg: Any = cfg.get("target_modules")
     target_list = [t for t in targets_cfg if isinstance(t, str)] if isinstance(targets_cfg, list) else []
@@ -241,7 +246,9 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
             if isinstance(r, int) and r > 0 and isinstance(stored, int) and stored % r == 0:
                 row["rank"], row["experts"] = r, stored // r
         row["target"] = (targets_of.match(module) or module.rsplit(".", 1)[-1]) + (" (trainable tokens)" if tokens else "")
-        row["scale"] = _scale(row["alpha"], row["rank"] or row["config_rank"], bool(cfg.get("use_rslora")), typ["peft_type"])
+        # AdaLoRA divides by ranknum, init_r, whatever ranks its budget kept (saved resized, rank_pattern's masks)
+        r = row["config_rank"] or row["rank"] if typ["peft_type"] == "ADALORA" else row["rank"] or row["config_rank"]
+        row["scale"] = _scale(row["alpha"], r, bool(cfg.get("use_rslora")), typ["peft_type"])
 
     targets: dict[str, dict] = {}
     for row in modules.values():
