@@ -104,3 +104,14 @@ def test_npz_members_not_named_npy_are_read_as_np_load_offers_them(tmp_path):
         np.testing.assert_array_equal(ckpt.read(k), v)
     assert summarize(ckpt)["parameters"]["unique"] == sum(v.size for v in arrays.values() if v.dtype.kind == "f")
     assert any("1 member(s) hold no .npy array" in n for n in ckpt.notes)
+
+
+def test_ml_dtypes_arrays_saved_as_void_are_named_so(tmp_path, cli):
+    """np.save writes an ml_dtypes bfloat16 array with descr '<V2' (its dtype.str), and np.load gives back an untyped
+    void array: one line that says so, not 'not one ckptstat reads'."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    p = tmp_path / "bf16.npy"
+    np.save(p, np.arange(6, dtype=ml_dtypes.bfloat16))
+    assert np.load(p).dtype.kind == "V"
+    rc, out, err = cli("summary", str(p))
+    assert rc != 0 and "untyped bytes (numpy void)" in err and len(err.strip().splitlines()) == 1

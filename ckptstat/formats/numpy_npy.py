@@ -99,6 +99,10 @@ def _tensor(path: str, name: str, header: dict[str, object], file: str, offset: 
     if descr.endswith("O"):
         raise UnsafeCheckpointError(path, f"array {name!r} holds Python objects (a pickle); not unpickled")
     order, code = (descr[0], descr[1:]) if descr[:1] in "<>|=" else ("=", descr)
+    if code[:1] == "V" and code[1:].isdigit():
+        raise CorruptCheckpointError(path, f"array {name!r}: dtype {descr!r} is untyped bytes (numpy void), as np.save "
+                                           "writes ml_dtypes' bfloat16 (V2) and float8 (V1) arrays and np.load gives "
+                                           "them back; not read")
     if code not in NUMPY_TYPES or order == "=":
         raise CorruptCheckpointError(path, f"array {name!r}: dtype {descr!r} is not one ckptstat reads")
     if not isinstance(shape, tuple) or not isinstance(fortran, bool):
