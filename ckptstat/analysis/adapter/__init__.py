@@ -316,7 +316,8 @@ def _notes(cfg: dict[str, Any], typ: dict[str, Any], totals: dict[str, int]) -> 
         notes.append("the prompt encoder trained with the adapter (MLP/LSTM) is not saved: only its output "
                      "embeddings are (peft get_prompt_embedding_to_save), so peft's trainable count was larger")
     if typ["peft_type"] == "ADALORA":
-        notes.append("AdaLoRA stores init_r ranks; the ranks its lora_E masks keep are in the values, not the headers")
+        notes.append("AdaLoRA stores init_r ranks while it trains (the ranks its lora_E masks keep are in the values, "
+                     "not the headers); once its budget has pruned them, each module is saved resized (rank_pattern)")
     if totals["shared"]:
         notes.append("frozen tensors saved with the adapter (VeRA's shared vera_A/vera_B with save_projection=True, "
                      "RandLoRA's random bases, SHiRA's indices...) are buffers at run time, not trainable parameters")
@@ -374,7 +375,7 @@ def compare_base(report: dict, ckpt: Checkpoint, base: Checkpoint, cfg: dict[str
         if hit is None:
             missing.append(row["module"])
             continue
-        bad = _lora_misfit(row, stored[hit].shape)
+        bad = _lora_misfit(row, stored[tied.get(hit, hit)].shape)   # a tied head: its group's stored tensor
         if bad:
             mismatched.append(f"{row['module']}: {bad}")
     delta, replaced, added = 0, 0, 0
