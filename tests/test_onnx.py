@@ -319,3 +319,44 @@ def test_subgraphs_nested_past_the_bound_are_refused(tmp_path, cli):
         assert (rc == 0) == ok and "Traceback" not in err
         if not ok:
             assert err.count("\n") == 1 and "subgraphs nest more than 64 deep" in err
+
+
+def _one_initializer(tmp_path, t: TensorProto) -> str:
+    path = str(tmp_path / f"{t.name}.onnx")
+    onnx.save_model(helper.make_model(helper.make_graph([], "g", [], [], initializer=[t])), path)
+    return path
+
+
+def test_values_come_from_the_field_onnx_reads(tmp_path):
+    """numpy_helper.to_array reads raw_data when a tensor has it, else the one typed field of its data type
+    (helper.tensor_dtype_to_field), and ignores the rest. The reader took whichever field came last: a DOUBLE with
+    raw_data and double_data read double_data's [7, 8] where onnx reads raw's [1, 2]; a FLOAT in int32_data read
+    int32_data's varints as bytes (a ValueError at stats time), an INT32 in int64_data read [1, 2] where onnx finds
+    no values."""
+    both = TensorProto(name="both", data_type=TensorProto.DOUBLE, dims=[2], raw_data=np.array([1.0, 2.0]).tobytes(),
+                       double_data=[7.0, 8.0])
+    np.testing.assert_array_equal(open_checkpoint(_one_initializer(tmp_path, both)).read("both"), numpy_helper.to_array(both))
+    for t in (TensorProto(name="f32", data_type=TensorProto.FLOAT, dims=[3], int32_data=[1, 2, 3]),
+              TensorProto(name="i32", data_type=TensorProto.INT32, dims=[2], int64_data=[1, 2]),
+              TensorProto(name="i64", data_type=TensorProto.INT64, dims=[2], float_data=[1.0, 2.0])):
+        with pytest.raises(ValueError):
+            numpy_helper.to_array(t)   # onnx finds no values either
+        with pytest.raises(CorruptCheckpointError, match=f"stores no values .*{helper.tensor_dtype_to_field(t.data_type)}"):
+            open_checkpoint(_one_initializer(tmp_path, t))
+
+    from ckptstat.formats.onnx_model import T_FIELD_NAMES, T_FIELD_OF  # the table, beside onnx's
+
+    for code in set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}:
+        assert T_FIELD_NAMES[T_FIELD_OF.get(code, 5)] == helper.tensor_dtype_to_field(code), code
+
+
+def test_string_tensors_count_every_string(tmp_path, cli):
+    """A STRING tensor keeps one string_data field per value: its bytes were the last string's alone (3 for
+    ['hello', 'a', 'xyz']), and a count that does not match its dims (numpy_helper.to_array cannot reshape it) passed."""
+    t = helper.make_tensor("s", TensorProto.STRING, [3], [b"hello", b"a", b"xyz"])
+    assert open_checkpoint(_one_initializer(tmp_path, t))["s"].nbytes == sum(len(s) for s in t.string_data)
+    short = TensorProto(name="short", data_type=TensorProto.STRING, dims=[3], string_data=[b"a", b"b"])
+    with pytest.raises(ValueError):
+        numpy_helper.to_array(short)
+    rc, out, err = cli("summary", _one_initializer(tmp_path, short))
+    assert rc != 0 and "3 strings holds 2" in err and "Traceback" not in err

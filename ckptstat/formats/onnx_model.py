@@ -43,10 +43,14 @@ M_GRAPH, M_OPSET = 7, 8                                      # ModelProto.graph,
 G_NODE, G_INITIALIZER, G_SPARSE = 1, 5, 15                    # GraphProto
 N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE = 2, 3, 4, 5         # NodeProto
 A_NAME, A_T, A_G, A_GRAPHS, A_SPARSE = 1, 5, 6, 11, 22        # AttributeProto
-T_DIMS, T_TYPE, T_NAME, T_RAW, T_EXTERNAL, T_LOCATION = 1, 2, 8, 9, 13, 14   # TensorProto
+T_DIMS, T_TYPE, T_STRINGS, T_NAME, T_RAW, T_EXTERNAL, T_LOCATION = 1, 2, 6, 8, 9, 13, 14   # TensorProto
 S_VALUES, S_INDICES, S_DIMS = 1, 2, 3                         # SparseTensorProto
 # Typed value fields: field -> (encoding, bytes per element when fixed).
 T_FIELDS = {4: ("fixed", 4), 5: ("varint", 0), 6: ("strings", 0), 7: ("varint", 0), 10: ("fixed", 8), 11: ("varint", 0)}
+T_FIELD_NAMES = {4: "float_data", 5: "int32_data", 6: "string_data", 7: "int64_data", 10: "double_data", 11: "uint64_data"}
+# The one typed field each data type's values are read from (onnx.helper.tensor_dtype_to_field; numpy_helper.to_array
+# reads raw_data when the tensor has it, else that field, and ignores the others): int32_data for the rest.
+T_FIELD_OF = {1: 4, 14: 4, 8: 6, 7: 7, 11: 10, 15: 10, 12: 11, 13: 11}
 _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}   # ModelProto: field -> wire type
 MAX_SMALL = 1 << 20      # a name, a dims list, an external_data entry: read into memory only below this
 MAX_DEPTH = 8            # graphs nest no deeper than model / graph / node / attribute / tensor here
@@ -403,7 +407,9 @@ class _Model:
     def tensor(self, start: int, end: int, kind: str, name: str | None = None) -> TensorInfo:
         dims: list[int] = []
         code, tname, external = 1, "", False
-        value: tuple[int, int, str, int] | None = None     # (offset, length, encoding, element bytes)
+        raw: tuple[int, int] | None = None                # raw_data's (offset, length)
+        typed: dict[int, tuple[int, int]] = {}           # typed value field -> its (offset, length)
+        n_str = str_bytes = 0                            # string_data: values, their bytes (one field each)
         entries: dict[str, str] = {}
         for num, wire, pos, size in self.io.fields(start, end):
             if num == T_DIMS:
@@ -415,10 +421,11 @@ class _Model:
             elif num == T_LOCATION and wire == 0:
                 external = pos == 1
             elif num == T_RAW and wire == 2:
-                value = (pos, size, "raw", 0)
+                raw = (pos, size)
+            elif num == T_STRINGS and wire == 2:
+                n_str, str_bytes = n_str + 1, str_bytes + size
             elif num in T_FIELDS and wire == 2:
-                enc, width = T_FIELDS[num]
-                value = (pos, size, enc, width)
+                typed[num] = (pos, size)
             elif num == T_EXTERNAL and wire == 2:
                 k = v = ""
                 for n2, w2, p2, s2 in self.io.fields(pos, pos + size):
@@ -438,13 +445,17 @@ class _Model:
         extra: dict[str, object] = {"onnx": kind}
         if external:
             return self.external_tensor(probe, entries, need, extra)
-        if value is None:
+        if dtype == "STR":   # one string_data field a value (numpy_helper reads nothing else of a STRING tensor)
+            if n_str != probe.numel:
+                raise CorruptCheckpointError(self.path, f"tensor {label!r} of {probe.numel:,} strings holds {n_str:,}")
+            return TensorInfo(label, dtype, tuple(dims), self.path, None, str_bytes, extra=extra)
+        field = T_FIELD_OF.get(code, 5)
+        if raw is None and field not in typed:
             if probe.numel:
-                raise CorruptCheckpointError(self.path, f"tensor {label!r} of {probe.numel} elements stores no values")
-            value = (start, 0, "raw", 0)
-        pos, size, enc, width = value
-        if dtype == "STR":
-            return TensorInfo(label, dtype, tuple(dims), self.path, None, size, extra=extra)
+                raise CorruptCheckpointError(self.path, f"tensor {label!r} of {probe.numel:,} elements stores no values "
+                                                        f"(onnx reads {dtype} from raw_data or {T_FIELD_NAMES[field]})")
+            raw = (start, 0)
+        pos, size, enc, width = (*raw, "raw", 0) if raw is not None else (*typed[field], *T_FIELDS[field])
         # float_data holds FLOAT and COMPLEX64 as fixed32s, double_data DOUBLE and COMPLEX128 as fixed64s:
         # both are the raw little-endian bytes, addressable by offset like raw_data
         fixed = enc == "fixed" and d.kind in ("float", "complex") and width * 8 * (2 if d.kind == "complex" else 1) == d.bits
