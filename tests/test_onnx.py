@@ -360,3 +360,76 @@ def test_string_tensors_count_every_string(tmp_path, cli):
         numpy_helper.to_array(short)
     rc, out, err = cli("summary", _one_initializer(tmp_path, short))
     assert rc != 0 and "3 strings holds 2" in err and "Traceback" not in err
+
+
+def _qdq(model_path: str, out: str) -> None:
+    """model_path's float weights quantised as onnxruntime.quantization's QDQ format lays them out (`W_quantized`,
+    `W_scale`, `W_zero_point` into a DequantizeLinear whose output `W_DequantizeLinear_Output` the consumers read):
+    the first Linear weight int8 per output row (axis 0), the second int4 in blocks of 8 inputs (opset 21), biases int8
+    per tensor; and the input through a QuantizeLinear / DequantizeLinear pair with calibration's scalar scale."""
+    m = onnx.load(model_path)
+    g = m.graph
+    inits, nodes = [], []
+    for k, t in enumerate(list(g.initializer)):
+        w = numpy_helper.to_array(t)
+        blocked = t.name.endswith("weight") and k > 1
+        if t.name.endswith("weight") and not blocked:
+            scale = (np.abs(w).max(axis=1) / 127).astype(np.float32)
+            q, zp, attrs = np.round(w / scale[:, None]).astype(np.int8), np.zeros(len(scale), np.int8), {"axis": 0}
+            zp_t = numpy_helper.from_array(zp, t.name + "_zero_point")
+        elif blocked:
+            scale = (np.abs(w).reshape(w.shape[0], -1, 8).max(axis=2) / 7).astype(np.float32)
+            q = np.clip(np.round(w / np.repeat(scale, 8, axis=1)), -8, 7).astype(np.int8)
+            attrs = {"axis": 1, "block_size": 8}
+            zp_t = helper.make_tensor(t.name + "_zero_point", TensorProto.INT4, scale.shape, np.zeros(scale.size, np.int8))
+        else:
+            scale = np.float32(np.abs(w).max() / 127)
+            q, attrs = np.round(w / scale).astype(np.int8), {}
+            zp_t = numpy_helper.from_array(np.int8(0), t.name + "_zero_point")
+        qt = (helper.make_tensor(t.name + "_quantized", TensorProto.INT4, q.shape, q.reshape(-1)) if blocked
+              else numpy_helper.from_array(q, t.name + "_quantized"))
+        inits += [qt, numpy_helper.from_array(np.asarray(scale), t.name + "_scale"), zp_t]
+        nodes.append(helper.make_node("DequantizeLinear", [qt.name, t.name + "_scale", zp_t.name],
+                                      [t.name + "_DequantizeLinear_Output"], **attrs))
+    x = g.input[0].name
+    inits += [numpy_helper.from_array(np.float32(0.02), x + "_scale"), numpy_helper.from_array(np.uint8(128), x + "_zero_point")]
+    nodes += [helper.make_node("QuantizeLinear", [x, x + "_scale", x + "_zero_point"], [x + "_QuantizeLinear_Output"]),
+              helper.make_node("DequantizeLinear", [x + "_QuantizeLinear_Output", x + "_scale", x + "_zero_point"],
+                               [x + "_DequantizeLinear_Output"])]
+    rename = {t.name: t.name + "_DequantizeLinear_Output" for t in g.initializer} | {x: x + "_DequantizeLinear_Output"}
+    for n in g.node:
+        n.input[:] = [rename.get(i, i) for i in n.input]
+    nodes += list(g.node)
+    del g.node[:], g.initializer[:]
+    g.node.extend(nodes)
+    g.initializer.extend(inits)
+    m.opset_import[0].version = 21
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save_model(m, out)
+
+
+def test_qdq_weights_count_as_the_model_s_parameters(tmp_path, cli):
+    """A QDQ model (onnxruntime.quantization's layout; per-axis int8, blocked int4) counted its scales as the
+    parameters and its quantised weights as buffers: 27 parameters for a model of 280. Now each DequantizeLinear of
+    a stored tensor is one weight of that tensor's shape under the torch name, its scale and zero point its pieces,
+    and an activation's calibration scale is an input-scale: the total is torch's own count."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 16)).eval()
+    src, path = str(tmp_path / "f.onnx"), str(tmp_path / "qdq.onnx")
+    torch.onnx.export(model, (torch.zeros(1, 16),), src, dynamo=False, do_constant_folding=False)
+    _qdq(src, path)
+    rc, out, err = cli("summary", path, "--json")
+    report = json.loads(out)
+    assert rc == 0 and report["parameters"]["unique"] == sum(p.numel() for p in model.parameters()), err
+    rc, out, err = cli("tensors", path, "--json")
+    rows = {r["name"]: r for r in json.loads(out)["tensors"]}
+    for name, _ in model.named_parameters():
+        assert rows[name + "_quantized"]["role"] == "quantized-weight", name
+        assert rows[name + "_scale"]["role"] == "scale" and rows[name + "_zero_point"]["role"] == "zero-point"
+    assert rows["2.weight_quantized"]["dtype"] == "I4"
+    assert {rows[n]["role"] for n in rows if n.startswith(("input", "onnx::"))} == {"input-scale"}
+    ckpt = open_checkpoint(path)   # the pieces still read as onnx reads them
+    for t in onnx.load(path).graph.initializer:
+        np.testing.assert_array_equal(ckpt.read(t.name), numpy_helper.to_array(t).astype(np.float64), err_msg=t.name)

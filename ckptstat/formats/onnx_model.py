@@ -41,7 +41,7 @@ ONNX_TYPES = {
 # Field numbers (onnx.proto).
 M_GRAPH, M_OPSET = 7, 8                                      # ModelProto.graph, opset_import
 G_NODE, G_INITIALIZER, G_SPARSE = 1, 5, 15                    # GraphProto
-N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE = 2, 3, 4, 5         # NodeProto
+N_INPUT, N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE = 1, 2, 3, 4, 5   # NodeProto
 A_NAME, A_T, A_G, A_GRAPHS, A_SPARSE = 1, 5, 6, 11, 22        # AttributeProto
 T_DIMS, T_TYPE, T_STRINGS, T_NAME, T_RAW, T_EXTERNAL, T_LOCATION = 1, 2, 6, 8, 9, 13, 14   # TensorProto
 S_VALUES, S_INDICES, S_DIMS = 1, 2, 3                         # SparseTensorProto
@@ -300,6 +300,7 @@ class _Model:
         self.reader = _Reader()
         self.constants = 0
         self.sparse = 0
+        self.quantizers: list[tuple[str, str, list[str]]] = []   # (De)QuantizeLinear nodes: (op, output, inputs)
 
     def add(self, info: TensorInfo, scope: str = "") -> None:
         """A tensor of the model; in a subgraph (`scope`: where it sits), one whose name a sibling branch's holds too
@@ -309,6 +310,23 @@ class _Model:
         if info.name in self.tensors:
             raise CorruptCheckpointError(self.path, f"two tensors are named {info.name!r}")
         self.tensors[info.name] = info
+
+    def mark_dequantized(self) -> None:
+        """The tensors a DequantizeLinear node turns into a weight (a QDQ model: onnxruntime.quantization's, or one
+        built with onnx.helper): its input tensor, scale and zero point get extra `dequantized` = (the node's output,
+        their role), which census/quant/onnx_qdq.py counts as one weight. The scale and zero point of a node whose
+        input is an activation (QuantizeLinear's, or DequantizeLinear's of a computed value: calibration's) are
+        `input-scale`. A tensor another node claimed first (a scale two weights share) stays with that one."""
+        for op, out, inputs in self.quantizers:
+            x = self.tensors.get(inputs[0]) if op == "DequantizeLinear" else None
+            if x is not None and "dequantized" in x.extra:
+                continue
+            names = inputs[:3] if x is not None else inputs[1:3]
+            for name, role in zip(names, ("quantized-weight", "scale", "zero-point") if x is not None else
+                                  ("input-scale", "input-scale")):
+                t = self.tensors.get(name)
+                if t is not None and "dequantized" not in t.extra:
+                    self.tensors[name] = replace(t, extra={**t.extra, "dequantized": (out, role)})
 
     def model(self) -> None:
         graphs = opsets = 0
@@ -342,7 +360,7 @@ class _Model:
                 self.node(pos, pos + size, scope)
 
     def node(self, start: int, end: int, scope: str) -> None:
-        op, node_name, outputs, attrs = "", "", [], []
+        op, node_name, inputs, outputs, attrs = "", "", [], [], []
         for num, wire, pos, size in self.io.fields(start, end):
             if wire != 2:
                 continue
@@ -352,8 +370,12 @@ class _Model:
                 node_name = self.io.text(pos, size, "node name")
             elif num == N_OUTPUT:
                 outputs.append(self.io.text(pos, size, "node output"))
+            elif num == N_INPUT:
+                inputs.append(self.io.text(pos, size, "node input"))
             elif num == N_ATTRIBUTE:
                 attrs.append((pos, size))
+        if op in ("DequantizeLinear", "QuantizeLinear") and outputs and inputs:
+            self.quantizers.append((op, outputs[0], inputs))
         if op != "Constant":   # Constant's outputs hold its value; other nodes compute, some over subgraphs
             for pos, size in attrs:
                 fields = list(self.io.fields(pos, pos + size))
@@ -546,6 +568,7 @@ def open_onnx(path: str) -> Checkpoint:
         size = os.fstat(f.fileno()).st_size
         m = _Model(path, f, size)
         m.model()
+        m.mark_dequantized()
     ckpt = Checkpoint(path=path, format="onnx", tensors=m.tensors, files=(path, *sorted(m.external)))
     for file in ckpt.files:
         ckpt.readers[file] = m.reader

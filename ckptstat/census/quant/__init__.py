@@ -26,7 +26,7 @@ from ...core import Checkpoint, TensorInfo, dtypes
 from ...errors import CkptstatError
 from ...families.framework.base import config_dtype as base_config_dtype
 from ...naming import name_forms, quant_member_role
-from . import fp8_experts, keras, mlx, quanto_hqq_torchao
+from . import fp8_experts, keras, mlx, onnx_qdq, quanto_hqq_torchao
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
 _LAYOUT = "quant:layout"    # Checkpoint.derived keys; a logical view holds its source's layout and is its own view
@@ -151,8 +151,7 @@ _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale
 # A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
 _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
                     "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata", "scales",
-                    "scale_weight", "scaled_fp",   # (no digit: the names' digit forms are scanned; scaled_fp8's)
-                    "embedding_quantized")
+                    "embedding_quantized", "scale_weight", "scaled_fp")   # (no digit: the names' digit forms are scanned)
 
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
@@ -238,8 +237,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     notes: list[str] = []
     for logical_name, (kind, members) in special.items():
         if kind == "bnb4":
-            packed = T.get(logical_name)
-            if packed is None:
+            if (packed := T.get(logical_name)) is None:
                 continue
             members[logical_name] = packed
             weights.append(_bnb4(ckpt, logical_name, members, notes))
@@ -263,6 +261,8 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     if kl is not None:
         weights += [_weight(f.name, f.shape, f.method, f.bits, f.members) for f in kl.weights]
         notes += kl.notes
+    graph, graph_roles = onnx_qdq.layout(T) if ckpt.format == "onnx" else ([], {})   # ONNX QDQ: named by the graph
+    weights += [_weight(f.name, f.shape, f.method, f.bits, f.members) for f in graph]
     fmt = str(q.get("checkpoint_format") or q.get("format") or "")
     if "marlin" in fmt or q.get("is_marlin_format"):
         notes.append(f"quantization_config names the {fmt or 'marlin'} layout, which ckptstat does not decode: "
@@ -283,7 +283,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
             else:
                 suffix = n.rpartition(".")[2]
             roles[n] = quant_member_role(suffix, w.method)
-    roles.update(kl.roles if kl else {})   # Keras' variables are named by index: their roles come from the layer's spec
+    roles.update({**(kl.roles if kl else {}), **graph_roles})   # Keras: by the layer's spec; ONNX: by the graph
     member = {n for w in weights for n in w.members}
     for name in T if scan else ():
         if name not in member and _STANDALONE.search(name):
@@ -591,8 +591,8 @@ def _view(ckpt: Checkpoint, q: QuantLayout) -> Checkpoint:
     def tensor(w: QuantWeight) -> TensorInfo:
         first = ckpt.tensors[w.members[0]]
         layout_ = {"layout": first.extra["layout"]} if first.name == w.name and "layout" in first.extra else {}
-        return TensorInfo(w.name, _compute_dtype(ckpt, w), w.shape, first.file, None,
-                          w.stored_bytes, storage=f"quantized:{w.name}", extra={"quantized": w, **layout_})
+        return TensorInfo(w.name, _compute_dtype(ckpt, w), w.shape, first.file, None, w.stored_bytes,
+                          storage=f"quantized:{w.name}", extra={"quantized": w, **layout_})
 
     view = replace(ckpt, tensors=collapsed(ckpt, q.weights, tensor))
     view.derived(_LAYOUT, lambda _: q)          # the source's quantised weights (roles: the view's keep "parameter")
