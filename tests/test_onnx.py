@@ -433,3 +433,29 @@ def test_qdq_weights_count_as_the_model_s_parameters(tmp_path, cli):
     ckpt = open_checkpoint(path)   # the pieces still read as onnx reads them
     for t in onnx.load(path).graph.initializer:
         np.testing.assert_array_equal(ckpt.read(t.name), numpy_helper.to_array(t).astype(np.float64), err_msg=t.name)
+
+
+def test_names_that_are_not_utf8_open_as_onnx_loads_them(tmp_path, cli):
+    """onnx.proto is proto2: onnx.load takes a name that is not UTF-8 and gives it as bytes. Reading the nodes' inputs
+    (for DequantizeLinear) must not refuse a model whose node input is such a name; an initializer named so was
+    refused whole with a bare "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff". It is shown escaped; an
+    external data location that is not UTF-8 (a path) is refused, in one line."""
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "WWWW")
+    graph = helper.make_graph([helper.make_node("Identity", ["WWWW"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], initializer=[w])
+    data = helper.make_model(graph).SerializeToString()
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(data.replace(b"WWWW", b"\xffW\xfeW"))
+    t = onnx.load(path).graph.initializer[0]
+    assert t.name == b"\xffW\xfeW" and onnx.load(path).graph.node[0].input[0] == b"\xffW\xfeW"   # onnx's own reading
+    ckpt = open_checkpoint(path)
+    assert list(ckpt.tensors) == [t.name.decode("utf-8", "backslashreplace")]
+    np.testing.assert_array_equal(ckpt.read(list(ckpt.tensors)[0]), numpy_helper.to_array(t))
+    ext = _external_model(tmp_path, 0, (4,), location="dataX.bin")
+    with open(ext, "rb") as f:
+        data = f.read()
+    with open(ext, "wb") as f:
+        f.write(data.replace(b"dataX.bin", b"data\xff.bin"))
+    rc, out, err = cli("summary", ext)
+    assert rc == 1 and "external_data entry at byte" in err and "not UTF-8" in err and len(err.splitlines()) == 1

@@ -110,10 +110,18 @@ class _File:
             yield num, wire, pos, size
             pos += size
 
-    def text(self, pos: int, size: int, what: str) -> str:
+    def text(self, pos: int, size: int, what: str, lenient: bool = True) -> str:
+        """A string field. A name that is not UTF-8 (onnx.load gives it as bytes: onnx.proto is proto2, which does not
+        check) shows the bytes that are not UTF-8 escaped (`\\xff`); a path (`lenient` False) must be UTF-8."""
         if size > MAX_SMALL:
             raise CorruptCheckpointError(self.path, f"{what} of {size:,} bytes at byte {pos}")
-        return self.bytes(pos, size).decode("utf-8")
+        raw = self.bytes(pos, size)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if not lenient:
+                raise CorruptCheckpointError(self.path, f"{what} at byte {pos} is not UTF-8: {raw[:64]!r}") from None
+            return raw.decode("utf-8", "backslashreplace")
 
     def packed(self, pos: int, size: int) -> list[int]:
         if size > MAX_SMALL:
@@ -452,7 +460,7 @@ class _Model:
                 k = v = ""
                 for n2, w2, p2, s2 in self.io.fields(pos, pos + size):
                     if w2 == 2 and n2 in (1, 2):
-                        text = self.io.text(p2, s2, "external_data entry")
+                        text = self.io.text(p2, s2, "external_data entry", lenient=False)
                         k, v = (text, v) if n2 == 1 else (k, text)
                 entries[k] = v
         label = name or tname
