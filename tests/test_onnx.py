@@ -459,3 +459,53 @@ def test_names_that_are_not_utf8_open_as_onnx_loads_them(tmp_path, cli):
         f.write(data.replace(b"dataX.bin", b"data\xff.bin"))
     rc, out, err = cli("summary", ext)
     assert rc == 1 and "external_data entry at byte" in err and "not UTF-8" in err and len(err.splitlines()) == 1
+
+
+def test_qoperator_weights_count_as_the_model_s_parameters(tmp_path, cli):
+    """onnxruntime's QOperator and dynamic layouts keep a weight as the integer operand of the operator that uses it:
+    an embedding table Gathered then DequantizeLinear'd (quantize_dynamic's), a MatMulInteger's B with its
+    `W_scale` applied by a Mul after (quantize_dynamic's), a QLinearMatMul's b with its scale and zero point, an int32
+    bias added by QLinearAdd. Each was a buffer (integer) and its scale a parameter; now each is one weight, and the
+    total is torch's own count (before: 16 of 440). Built with onnx.helper from the torch model's parameters, checked
+    by onnx.checker full_check."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 16), torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 16))
+    p = {k: v.detach().numpy() for k, v in model.named_parameters()}
+    f32, one = TensorProto.FLOAT, np.float32(0.05)
+    inits = [numpy_helper.from_array(np.round(p["0.weight"] / one).astype(np.uint8), "0.weight_quantized"),
+             numpy_helper.from_array(np.round(p["1.weight"].T / one).astype(np.int8), "1.weight_quantized"),
+             numpy_helper.from_array(np.round(p["3.weight"].T / one).astype(np.int8), "3.weight_quantized"),
+             numpy_helper.from_array(np.round(p["3.bias"] / one).astype(np.int32), "3.bias_quantized"),
+             numpy_helper.from_array(p["1.bias"], "1.bias")]
+    for name in ("0.weight", "1.weight", "3.weight", "3.bias", "a", "y", "x", "z"):   # scalar scales, zero points
+        zp = np.int32(0) if name == "3.bias" else np.uint8(0) if name in ("0.weight", "a", "y", "x", "z") else np.int8(0)
+        inits += [numpy_helper.from_array(one, name + "_scale"), numpy_helper.from_array(zp, name + "_zero_point")]
+    nodes = [helper.make_node("Gather", ["0.weight_quantized", "ids"], ["g"]),
+             helper.make_node("DequantizeLinear", ["g", "0.weight_scale", "0.weight_zero_point"], ["e"]),
+             helper.make_node("QuantizeLinear", ["e", "x_scale", "x_zero_point"], ["eq"]),
+             helper.make_node("MatMulInteger", ["eq", "1.weight_quantized", "x_zero_point", "1.weight_zero_point"], ["m"]),
+             helper.make_node("Cast", ["m"], ["mf"], to=f32),
+             helper.make_node("Mul", ["mf", "1.weight_scale"], ["ms"]),
+             helper.make_node("Add", ["ms", "1.bias"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "a_scale", "a_zero_point"], ["rq"]),
+             helper.make_node("QLinearMatMul", ["rq", "a_scale", "a_zero_point", "3.weight_quantized", "3.weight_scale",
+                                                "3.weight_zero_point", "y_scale", "y_zero_point"], ["yq"]),
+             helper.make_node("QLinearAdd", ["yq", "y_scale", "y_zero_point", "3.bias_quantized", "3.bias_scale",
+                                             "3.bias_zero_point", "z_scale", "z_zero_point"], ["zq"], domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["zq", "z_scale", "z_zero_point"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                              [helper.make_tensor_value_info("out", f32, [1, 4, 16])], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    onnx.checker.check_model(m)
+    path = str(tmp_path / "qop.onnx")
+    onnx.save_model(m, path)
+    rc, out, err = cli("summary", path, "--json")
+    assert rc == 0 and json.loads(out)["parameters"]["unique"] == sum(v.size for v in p.values()), err
+    rc, out, err = cli("tensors", path, "--json")
+    rows = {r["name"]: r for r in json.loads(out)["tensors"]}
+    assert {n for n in rows if rows[n]["role"] == "quantized-weight"} == {n + "_quantized" for n in p if n != "1.bias"}
+    assert {rows[n + "_scale"]["role"] for n in ("a", "y", "x", "z")} == {"input-scale"}
+    assert rows["1.weight_scale"]["role"] == "scale"   # MatMulInteger's, by onnxruntime's name

@@ -52,8 +52,15 @@ T_FIELD_NAMES = {4: "float_data", 5: "int32_data", 6: "string_data", 7: "int64_d
 # reads raw_data when the tensor has it, else that field, and ignores the others): int32_data for the rest.
 T_FIELD_OF = {1: 4, 14: 4, 8: 6, 7: 7, 11: 10, 15: 10, 12: 11, 13: 11}
 _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}   # ModelProto: field -> wire type
+# Quantised operators' (onnx/defs; onnxruntime's QLinearAdd/Mul, QGemm) operands: (input, scale, zero point) indices, -1: none
+# (MatMulInteger's scale is a Mul after it; QuantizeLinear's input a float); a DequantizeLinear of a Gather's: its table.
+_QLINEAR = ((0, 1, 2), (3, 4, 5), (-1, 6, 7))
+QUANT_OPERANDS = {
+    "DequantizeLinear": ((0, 1, 2),), "QuantizeLinear": ((-1, 1, 2),), "MatMulInteger": ((0, -1, 2), (1, -1, 3)),
+    "ConvInteger": ((0, -1, 2), (1, -1, 3)), "QLinearMatMul": _QLINEAR, "QLinearAdd": _QLINEAR, "QLinearMul": _QLINEAR,
+    "QLinearConv": (*_QLINEAR, (8, -1, -1)), "QGemm": ((0, 1, 2), (3, 4, 5), (6, -1, -1), (-1, 7, 8)), "Gather": (),
+}
 MAX_SMALL = 1 << 20      # a name, a dims list, an external_data entry: read into memory only below this
-MAX_DEPTH = 8            # graphs nest no deeper than model / graph / node / attribute / tensor here
 MAX_SUBGRAPHS = 64       # If / Loop / Scan bodies nested in one another (exporters' deepest: a few)
 BLOCK = 1 << 16
 
@@ -111,8 +118,7 @@ class _File:
             pos += size
 
     def text(self, pos: int, size: int, what: str, lenient: bool = True) -> str:
-        """A string field. A name that is not UTF-8 (onnx.load gives it as bytes: onnx.proto is proto2, which does not
-        check) shows the bytes that are not UTF-8 escaped (`\\xff`); a path (`lenient` False) must be UTF-8."""
+        """A string field; one not UTF-8 (onnx.load takes it: proto2) escaped, unless `lenient` is False (a path)."""
         if size > MAX_SMALL:
             raise CorruptCheckpointError(self.path, f"{what} of {size:,} bytes at byte {pos}")
         raw = self.bytes(pos, size)
@@ -308,7 +314,7 @@ class _Model:
         self.reader = _Reader()
         self.constants = 0
         self.sparse = 0
-        self.quantizers: list[tuple[str, str, list[str]]] = []   # (De)QuantizeLinear nodes: (op, output, inputs)
+        self.quantizers: list[tuple[str, str, list[str]]] = []   # QUANT_OPERANDS' nodes: (op, output, inputs)
 
     def add(self, info: TensorInfo, scope: str = "") -> None:
         """A tensor of the model; in a subgraph (`scope`: where it sits), one whose name a sibling branch's holds too
@@ -320,21 +326,24 @@ class _Model:
         self.tensors[info.name] = info
 
     def mark_dequantized(self) -> None:
-        """The tensors a DequantizeLinear node turns into a weight (a QDQ model: onnxruntime.quantization's, or one
-        built with onnx.helper): its input tensor, scale and zero point get extra `dequantized` = (the node's output,
-        their role), which census/quant/onnx_qdq.py counts as one weight. The scale and zero point of a node whose
-        input is an activation (QuantizeLinear's, or DequantizeLinear's of a computed value: calibration's) are
-        `input-scale`. A tensor another node claimed first (a scale two weights share) stays with that one."""
+        """Each stored integer operand of a QUANT_OPERANDS node, its scale and zero point get extra `dequantized` = (the
+        weight's name: DequantizeLinear's output, else the operand's; their role; the method): one weight to
+        census/quant/onnx_qdq.py. An activation's scale and zero point are `input-scale`. First claim wins."""
+        gathered = {out: inputs[0] for op, out, inputs in self.quantizers if op == "Gather"}
         for op, out, inputs in self.quantizers:
-            x = self.tensors.get(inputs[0]) if op == "DequantizeLinear" else None
-            if x is not None and "dequantized" in x.extra:
-                continue
-            names = inputs[:3] if x is not None else inputs[1:3]
-            for name, role in zip(names, ("quantized-weight", "scale", "zero-point") if x is not None else
-                                  ("input-scale", "input-scale")):
-                t = self.tensors.get(name)
-                if t is not None and "dequantized" not in t.extra:
-                    self.tensors[name] = replace(t, extra={**t.extra, "dequantized": (out, role)})
+            for operand in QUANT_OPERANDS[op]:
+                names = [inputs[i] if 0 <= i < len(inputs) else "" for i in operand]
+                names[0] = gathered.get(names[0], names[0]) if op == "DequantizeLinear" else names[0]
+                x = self.tensors.get(names[0])
+                if x is not None and (x.dtype in ("F32", "F16", "BF16", "F64") or "dequantized" in x.extra):
+                    continue   # a float (quantised as it runs), or a weight already claimed
+                roles = ("quantized-weight", "scale", "zero-point") if x is not None else ("", "input-scale", "input-scale")
+                key = out if op == "DequantizeLinear" and names[0] == inputs[0] or x is None else names[0]
+                for name, role in zip(names, roles):
+                    t = self.tensors.get(name)
+                    if t is not None and role and "dequantized" not in t.extra:
+                        method = "onnx qdq" if op == "DequantizeLinear" else "onnx qoperator"
+                        self.tensors[name] = replace(t, extra={**t.extra, "dequantized": (key, role, method)})
 
     def model(self) -> None:
         graphs = opsets = 0
@@ -382,7 +391,7 @@ class _Model:
                 inputs.append(self.io.text(pos, size, "node input"))
             elif num == N_ATTRIBUTE:
                 attrs.append((pos, size))
-        if op in ("DequantizeLinear", "QuantizeLinear") and outputs and inputs:
+        if op in QUANT_OPERANDS and outputs and inputs:
             self.quantizers.append((op, outputs[0], inputs))
         if op != "Constant":   # Constant's outputs hold its value; other nodes compute, some over subgraphs
             for pos, size in attrs:

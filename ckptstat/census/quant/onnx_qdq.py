@@ -19,11 +19,13 @@ def layout(T: Mapping[str, TensorInfo]) -> tuple[list[Found], dict[str, str]]:
     points: input-scale)."""
     groups: dict[str, dict[str, TensorInfo]] = {}
     roles: dict[str, str] = {}
+    kinds: dict[str, str] = {}   # weight -> onnx qdq / onnx qoperator
     for t in T.values():
         dq = t.extra.get("dequantized") if t.extra else None
         if isinstance(dq, tuple):
             groups.setdefault(dq[0], {})[dq[1]] = t
             roles[t.name] = dq[1]
+            kinds[dq[0]] = str(dq[2])
     found = []
     for output, by_role in groups.items():
         x, scale = by_role.get("quantized-weight"), by_role.get("scale")
@@ -31,6 +33,10 @@ def layout(T: Mapping[str, TensorInfo]) -> tuple[list[Found], dict[str, str]]:
             continue
         base = x.name[:-len(QUANTIZED_SUFFIX)] if x.name.endswith(QUANTIZED_SUFFIX) else ""
         name = base if base and base not in T else output
+        s = T.get(base + "_scale")   # MatMulInteger / ConvInteger: the scale a Mul applies after, by onnxruntime's name
+        if scale is None and base and s is not None and "dequantized" not in s.extra:
+            by_role["scale"] = scale = s
+            roles[s.name] = "scale"
         members = {t.name: t for t in by_role.values()}
         if name in T and name not in members:
             for t in members.values():
@@ -39,6 +45,6 @@ def layout(T: Mapping[str, TensorInfo]) -> tuple[list[Found], dict[str, str]]:
         granularity = ("" if scale is None else " per-tensor" if scale.numel == 1 else
                        " blocked" if len(scale.shape) == len(x.shape) and (len(x.shape) > 1 or scale.numel != x.numel)
                        else " per-axis")
-        found.append(Found(name, x.shape, f"onnx qdq {x.dtype}{granularity}", dtypes.get(x.dtype).bits, members,
-                           {t.name: role for role, t in by_role.items()}))
+        method = f"{kinds[output]} {x.dtype}{granularity}"   # onnx qdq I8 per-axis, onnx qoperator I8 ...
+        found.append(Found(name, x.shape, method, dtypes.get(x.dtype).bits, members, {t.name: r for r, t in by_role.items()}))
     return found, roles
