@@ -312,8 +312,7 @@ class _Model:
         self.tensors: dict[str, TensorInfo] = {}
         self.external: dict[str, int] = {}    # external data file -> its size
         self.reader = _Reader()
-        self.constants = 0
-        self.sparse = 0
+        self.constants = self.sparse = 0
         self.quantizers: list[tuple[str, str, list[str]]] = []   # QUANT_OPERANDS' nodes: (op, output, inputs)
 
     def add(self, info: TensorInfo, scope: str = "") -> None:
@@ -326,17 +325,18 @@ class _Model:
         self.tensors[info.name] = info
 
     def mark_dequantized(self) -> None:
-        """Each stored integer operand of a QUANT_OPERANDS node, its scale and zero point get extra `dequantized` = (the
-        weight's name: DequantizeLinear's output, else the operand's; their role; the method): one weight to
-        census/quant/onnx_qdq.py. An activation's scale and zero point are `input-scale`. First claim wins."""
+        """A QUANT_OPERANDS node's stored integer operand, scale, zero point: extra `dequantized` = (weight name, role,
+        method), one weight to census/quant/onnx_qdq.py; an activation's scale and zero point: input-scale. First wins."""
         gathered = {out: inputs[0] for op, out, inputs in self.quantizers if op == "Gather"}
         for op, out, inputs in self.quantizers:
             for operand in QUANT_OPERANDS[op]:
                 names = [inputs[i] if 0 <= i < len(inputs) else "" for i in operand]
                 names[0] = gathered.get(names[0], names[0]) if op == "DequantizeLinear" else names[0]
                 x = self.tensors.get(names[0])
-                if x is not None and (x.dtype in ("F32", "F16", "BF16", "F64") or "dequantized" in x.extra):
-                    continue   # a float (quantised as it runs), or a weight already claimed
+                d = x.dt if x is not None else None
+                codes = d is not None and (0 < d.bits <= 8 and d.kind != "bool" or d.kind in ("int", "uint") and d.bits <= 32)
+                if x is not None and (not codes or "dequantized" in x.extra):
+                    continue   # not DequantizeLinear's codes (a float is quantised as the model runs), or already claimed
                 roles = ("quantized-weight", "scale", "zero-point") if x is not None else ("", "input-scale", "input-scale")
                 key = out if op == "DequantizeLinear" and names[0] == inputs[0] or x is None else names[0]
                 for name, role in zip(names, roles):
