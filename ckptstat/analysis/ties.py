@@ -110,7 +110,8 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
                   for n in tensors if n not in is_param]
     alias_of = aliases(ckpt)
     non_trainable: list[dict[str, Any]] = [{"name": n, "elements": tensors[n].numel,
-                      "why": "Keras non-trainable variable (moving statistics): count_params() counts it"}
+                      "why": "Keras non-trainable variable (moving statistics, adapt() state, a frozen layer's "
+                              "weights): count_params() counts it"}
                      for n in tensors if place[n].role == "non-trainable" and n not in alias_of]
     rows: list[dict[str, Any]] = [
         {"convention": "unique parameters", "equals": "parameters the file holds, each storage once, plus none for tied names",

@@ -10,7 +10,7 @@ import re
 from ..core import Checkpoint, TensorInfo
 from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
-from ..naming import Placement, classify_columns, name_forms, role_of
+from ..naming import Placement, classify_columns, keras3_bn_stats, name_forms, role_of
 from .diffusion import GATES, Layout, layout
 from .diffusion import is_buffer as diffusion_buffer
 from .diffusion_dit import GATES as DIT_GATES
@@ -46,7 +46,9 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
                     if p.role == "parameter" and buffer(n)})
     if ckpt.format == "gguf":
         out.update(_gguf_parameters(ckpt, out))
-    # what the file says a tensor is (formats/torch/pt2.py: buffers and constants)
+    out.update({n: Placement(out[n].bucket, out[n].layer, "non-trainable") for n in keras3_bn_stats(out)
+                if out[n].role == "parameter"})
+    # what the file says a tensor is (formats/torch/pt2.py: buffers and constants; formats/keras_zip.py: frozen layers)
     out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in ckpt.roles.items()
                 if n in out and out[n].role == "parameter"})
     # the pieces of quantised weights: packed weight, scale, zero point... (census/quant/)

@@ -32,6 +32,7 @@ from ..core.spill import KeptSpill
 from ..core.tensor import check_inflation, read_flat_file
 from ..errors import CorruptCheckpointError, reading
 from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
+from .keras_names import frozen_roles
 from .registry import Format, Probe, register
 from .torch.containers import data_offset, zip_open
 
@@ -148,7 +149,8 @@ def _open(path: str) -> Checkpoint:
             if _KERAS3_DENSE.search(name) and len(shape) == 2:
                 extra["layout"] = "in_out"   # a Dense kernel is stored [in, out] (formats/keras_h5.py)
             tensors[name] = TensorInfo(name, dtype, shape, path, offset, nbytes, order, storage=h5_path, extra=extra)
-    ckpt = Checkpoint(path=path, format="keras (zip)", tensors=tensors, files=(path,), metadata=metadata)
+    ckpt = Checkpoint(path=path, format="keras (zip)", tensors=tensors, files=(path,), metadata=metadata,
+                      roles=frozen_roles(config, list(tensors)))
     keras_hub = importlib.import_module(f"{__package__}.keras_hub")
     ckpt.config, how = keras_hub.archive_config(config)   # a KerasHub backbone or causal LM saved by model.save
     if how:

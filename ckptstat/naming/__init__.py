@@ -86,6 +86,9 @@ ROLE_RULES = _rules([
     (r"(^|\.)(keras_api\.)?(metrics|compiled_metrics)\.", "metric"),
     # Keras BatchNormalization moving statistics (Keras 2, HF TF, TF1 batch_norm); Keras 3: _KERAS3_BN_STAT
     (r"(^|\.)(moving_mean|moving_variance)$", "non-trainable"),
+    # Keras 3 Normalization: adapt()'s mean, variance and count, all built trainable=False (keras/src/layers/
+    # preprocessing/normalization.py build(); count_params() counts them)
+    (r"(^|\.)layers\.normalization(_\d+)?\.vars\.\d+$", "non-trainable"),
     # Flax's batch_stats collection (nn.BatchNorm's running mean / var: PyTorch's running_mean / running_var buffers)
     (r"^batch_stats\.", "buffer"),
     (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: a buffer
@@ -270,6 +273,19 @@ def _numbered(name: str) -> tuple[str, list[str]]:
 # build(), default scale=True, center=True), so vars 2 and 3 are its moving statistics. The one rule
 # that reads a number's value, so it is tried before the numbered lookup.
 _KERAS3_BN_STAT = re.compile(r"(^|[./])layers[./]batch_normalization(_\d+)?[./]vars[./][23]$")
+_KERAS3_BN_VAR = re.compile(r"((?:^|.*[./])layers[./]batch_normalization(?:_\d+)?[./]vars)[./](\d+)$")
+
+
+def keras3_bn_stats(names: Iterable[str]) -> list[str]:
+    """The moving statistics of Keras 3 BatchNormalization layers built with scale=False or center=False: build()
+    adds gamma only with scale, beta only with center, then moving_mean and moving_variance, so the statistics are
+    a layer's last two vars whatever it holds (vars 1 and 2, or 0 and 1), which _KERAS3_BN_STAT's 2 and 3 miss."""
+    groups: dict[str, list[tuple[int, str, str]]] = {}
+    for name in names:
+        m = _KERAS3_BN_VAR.match(name) if "batch_normalization" in name else None
+        if m:
+            groups.setdefault(m[1], []).append((len(m[2]), m[2], name))   # (numbers compared as numbers, unbounded)
+    return [name for held in groups.values() for *_, name in sorted(held)[-2:]]
 
 
 def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
