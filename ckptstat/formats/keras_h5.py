@@ -345,6 +345,8 @@ def _hyperslab(dset: Any, prefix: tuple[int, ...], shape: tuple[int, ...], start
     chunked dataset's rows can be far bigger than the chunk asked for)."""
     import numpy as np
 
+    if not count:   # (a zero-size variable: a Dense of 0 inputs stores a (0, units) kernel)
+        return [np.empty(0, dset.dtype)]
     if len(shape) == 1:
         return [np.asarray(dset[prefix + (slice(start, start + count),)]).reshape(-1)]
     row = math.prod(shape[1:])
