@@ -168,7 +168,8 @@ def _dtype(dset: Any) -> tuple[str, str]:
     return _KINDS[key], "big" if dt.byteorder == ">" else "little"
 
 
-def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None, root: Any) -> TensorInfo:
+def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None, root: Any,
+          storage: str | None = None) -> TensorInfo:
     outside = _check_storage(dset, path, root)
     dtype, order = _dtype(dset)
     if dset.shape is None:   # (h5py.Empty: a null dataspace, which Keras cannot load either)
@@ -199,7 +200,7 @@ def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None, root:
         extra["layout"] = layout
     if "name" in dset.parent.attrs and name.startswith(("layers/", "optimizer/")):
         extra["keras_name"] = attribute(dset.parent, "name")[0]
-    return TensorInfo(name, dtype, shape, path, offset, int(nbytes), order, storage=dset.name, extra=extra)
+    return TensorInfo(name, dtype, shape, path, offset, int(nbytes), order, storage=storage or dset.name, extra=extra)
 
 
 ALIAS_FLOOR = 1024   # Keras 2 listing entries that name a dataset already listed, beyond one per dataset listed
@@ -254,20 +255,38 @@ MAX_GROUP_DEPTH = 256   # group nesting _walk follows: h5py opens each object by
                         # n^2: a 1.5 MB file of 1,500 nested groups took 8 s, and it grows with the square)
 
 
-def _walk(group: Any, path: str) -> list[tuple[str, Any, str]]:
+def _walk(group: Any, path: str, keras3: bool = True) -> list[tuple[str, Any, str]]:
+    """(name, dataset, storage) for every link to a dataset in the tree. A dataset hard-linked under two names is
+    listed under both (Keras 3 loads it into each variable), its storage the name first met: two names, one storage
+    (aliases). A soft or external link is never followed: in a Keras 3 tree it is refused, as Keras 3 refuses it
+    ("Not allowed: H5 file with SoftLink", keras/src/saving/saving_lib.py); in another HDF5 file it is skipped."""
     out: list[tuple[str, Any, str]] = []
     h5py = _h5py()
     too_deep: list[str] = []
+    refused: list[tuple[str, Any]] = []
+    first: dict[Any, str] = {}   # a dataset's object id -> the name first met (h5py ObjectIDs of one object are equal)
 
-    def visit(name: str, obj: Any) -> bool | None:   # visititems follows hard links only (never soft or external)
+    def visit(name: str, link: Any) -> bool | None:   # visits every link; recurses through hard links only
         if name.count("/") >= MAX_GROUP_DEPTH:
             too_deep.append(name)
             return True                   # (a value that is not None stops the visit)
+        if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+            if keras3:
+                refused.append((name, link))
+                return True
+            return None
+        obj = group[name]
         if isinstance(obj, h5py.Dataset):
-            out.append((name, obj, obj.name))
+            out.append((name, obj, first.setdefault(obj.id, obj.name)))
         return None
 
-    group.visititems(visit)
+    group.visititems_links(visit)
+    if refused:   # (raised here: an exception raised inside the visit comes out of h5py as a SystemError)
+        name, link = refused[0]
+        kind = type(link).__name__
+        target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
+        raise CorruptCheckpointError(path, f"{name[:200]!r} is an HDF5 {kind} to {target[:200]!r}, which Keras 3 refuses "
+                                           f"to load (\"Not allowed: H5 file with {kind}\"); not followed")
     if too_deep:
         raise CorruptCheckpointError(path, f"groups nest more than {MAX_GROUP_DEPTH} deep ({too_deep[0][:60]!r}...)")
     return out
@@ -297,6 +316,7 @@ def _open_h5(path: str) -> Checkpoint:
     size = file_size(path)
     with _h5_file(path) as f:
         layout = "hdf5"
+        stored_as: dict[str, str] = {}   # a hard-linked dataset's name -> the name of its storage (_walk)
         mw = member(f, "model_weights", path) if "model_weights" in f else None
         weights_root = mw if isinstance(mw, h5py.Group) else f
         names = load_attribute(weights_root, "layer_names")
@@ -310,7 +330,9 @@ def _open_h5(path: str) -> Checkpoint:
                             for wn in load_attribute(opt, "weight_names") or []]
         else:
             layout = "keras3" if "layers" in f or "vars" in f else "hdf5"
-            entries = _walk(f, path)
+            walked = _walk(f, path, layout == "keras3")
+            entries = [(name, dset, dset.name) for name, dset, _ in walked]
+            stored_as = {name: storage for name, _, storage in walked}
         tensors: dict[str, TensorInfo] = {}
         copies = 0
         for name, dset, h5_path in entries:
@@ -328,7 +350,7 @@ def _open_h5(path: str) -> Checkpoint:
                     copies += 1
                     continue
                 name = dset.name.lstrip("/")   # two different weights under one name: keep both, qualified
-            tensors[name] = _info(name, dset, path, size, h5_path, f)
+            tensors[name] = _info(name, dset, path, size, h5_path, f, stored_as.get(name))
         metadata = {f"h5.{k}": attribute(f, k)[0] for k in ("backend", "keras_version") if k in f.attrs}
         metadata["h5.layout"] = layout
         if copies:

@@ -129,7 +129,7 @@ def _open(path: str) -> Checkpoint:
             if isinstance(meta, dict) and "keras_version" in meta:
                 metadata["keras.keras_version"] = str(meta["keras_version"])[:200]
         member_size = zf.getinfo(WEIGHTS).file_size
-        for name, dset, h5_path in _walk(h5, path):
+        for name, dset, storage in _walk(h5, path):
             if dset.external or dset.is_virtual:
                 raise refuse_external(path, f"dataset {dset.name!r} in {WEIGHTS} keeps its values in other files")
             dtype, order = _dtype(dset)
@@ -145,10 +145,10 @@ def _open(path: str) -> Checkpoint:
                                                        f"end of {WEIGHTS} ({member_size} bytes)")
                 offset = start + at if start is not None else None
             deflated |= offset is None
-            extra: dict[str, object] = {"h5_path": h5_path, "member": WEIGHTS}
+            extra: dict[str, object] = {"h5_path": dset.name, "member": WEIGHTS}
             if _KERAS3_DENSE.search(name) and len(shape) == 2:
                 extra["layout"] = "in_out"   # a Dense kernel is stored [in, out] (formats/keras_h5.py)
-            tensors[name] = TensorInfo(name, dtype, shape, path, offset, nbytes, order, storage=h5_path, extra=extra)
+            tensors[name] = TensorInfo(name, dtype, shape, path, offset, nbytes, order, storage=storage, extra=extra)
     ckpt = Checkpoint(path=path, format="keras (zip)", tensors=tensors, files=(path,), metadata=metadata,
                       roles=frozen_roles(config, list(tensors)))
     keras_hub = importlib.import_module(f"{__package__}.keras_hub")
