@@ -264,6 +264,7 @@ def _walk(group: Any, path: str, keras3: bool = True) -> list[tuple[str, Any, st
     h5py = _h5py()
     too_deep: list[str] = []
     refused: list[tuple[str, Any]] = []
+    too_many: list[str] = []
     first: dict[Any, str] = {}   # a dataset's object id -> the name first met (h5py ObjectIDs of one object are equal)
 
     def visit(name: str, link: Any) -> bool | None:   # visits every link; recurses through hard links only
@@ -277,6 +278,9 @@ def _walk(group: Any, path: str, keras3: bool = True) -> list[tuple[str, Any, st
             return None
         obj = group[name]
         if isinstance(obj, h5py.Dataset):
+            if obj.id in first and len(out) - len(first) >= len(first) + ALIAS_FLOOR:
+                too_many.append(name)   # (a link costs ~100 bytes, opening it ~0.5 ms: as _Listing bounds Keras 2's)
+                return True
             out.append((name, obj, first.setdefault(obj.id, obj.name)))
         return None
 
@@ -289,6 +293,9 @@ def _walk(group: Any, path: str, keras3: bool = True) -> list[tuple[str, Any, st
                                            f"to load (\"Not allowed: H5 file with {kind}\"); not followed")
     if too_deep:
         raise CorruptCheckpointError(path, f"groups nest more than {MAX_GROUP_DEPTH} deep ({too_deep[0][:60]!r}...)")
+    if too_many:
+        raise CorruptCheckpointError(path, f"more than {len(out) - len(first):,} hard links name datasets already met "
+                                           f"({len(first):,} datasets + {ALIAS_FLOOR:,}), e.g. {too_many[0][:80]!r}")
     return out
 
 
