@@ -9,7 +9,9 @@ function) resolves each in `_retrieve_class_or_fn`:
 - a `registered_name` the user's code registered (`register_keras_serializable`) wins, and nothing is imported;
 - `module` `keras` / `keras.*`: the symbol of Keras' public API, refused when it is one of the
   `NON_MODELING_APIS` (`keras.utils.get_file`, `keras.config.enable_unsafe_deserialization`, ...): Keras before
-  that list (3.11) called them while loading (CVE-2025-8747), with safe_mode on;
+  that list (3.11) called them while loading (CVE-2025-8747), with safe_mode on; and before 3.11 any other module of
+  Keras' own package was imported and its named attribute taken, whatever it was, so the same functions named by
+  their internal module (`keras.src.utils.file_utils.get_file`) are findings too;
 - `module` `builtins`, `class_name` `function`: one of Keras' own activations, losses, ... by name;
 - any other `module`: keras 3.9 and later import it only when its package is `keras`, `keras_hub`, `keras_cv` or
   `keras_nlp`; keras before 3.9 imported whatever module was named and took the named attribute, `builtins`
@@ -56,6 +58,10 @@ NON_MODELING_APIS = frozenset({
     "keras.utils.register_keras_serializable", "keras.utils.save_img", "keras.utils.serialize_keras_object",
     "keras.utils.text_dataset_from_directory",
 })
+# Each is a function of a keras/src module (keras.utils.get_file is keras.src.utils.file_utils.get_file): keras before
+# 3.11 imports any module of its own package and takes the named attribute (no KerasSaveable check before keras PR
+# 21429), so the internal path reaches the same function. By name -> the public API.
+_NON_MODELING_BY_NAME = {api.rpartition(".")[2]: api for api in NON_MODELING_APIS}
 _PY_BUILTINS = frozenset(dir(builtins))
 
 
@@ -126,9 +132,11 @@ def _object(node: dict[str, object], where: str) -> KerasFinding | None:
     what = f"{_short(module)}.{_short(name)}"
     package = module.split(".", 1)[0]
     if package in KERAS_PACKAGES:
-        if f"{module}.{name}" in NON_MODELING_APIS:
-            return KerasFinding(where, "import", what, "a Keras API that is no model part: keras before 3.11 calls it "
-                                "while loading, safe_mode on (CVE-2025-8747 get_file, CVE-2025-9906 "
+        if name in _NON_MODELING_BY_NAME:
+            api = _NON_MODELING_BY_NAME[name]
+            via = "" if f"{module}.{name}" == api else f" ({api}, named by a module of keras' own)"
+            return KerasFinding(where, "import", what, f"a Keras API that is no model part{via}: keras before 3.11 "
+                                "calls it while loading, safe_mode on (CVE-2025-8747 get_file, CVE-2025-9906 "
                                 "enable_unsafe_deserialization); later keras refuses it")
         return None
     if module == "builtins" and cls == "function" and name not in _PY_BUILTINS:
