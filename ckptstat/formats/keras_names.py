@@ -21,7 +21,7 @@ def _snake(class_name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
-MAX_NESTING = 64   # models nested in models that frozen_prefixes follows (config.json is at most 1 MiB)
+MAX_NESTING = 64   # models nested in models that _frozen_prefixes follows (config.json is at most 1 MiB)
 
 
 def _frozen_prefixes(config: object) -> list[str]:
