@@ -46,8 +46,10 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
                     if p.role == "parameter" and buffer(n)})
     if ckpt.format == "gguf":
         out.update(_gguf_parameters(ckpt, out))
-    out.update({n: Placement(out[n].bucket, out[n].layer, "non-trainable") for n in keras3_bn_stats(out)
-                if out[n].role == "parameter"})
+    forms = name_forms(ckpt)   # (a checkpoint without the literal pays no pass over its names: docs/performance.md)
+    if forms is None or "batch_normalization" in forms:
+        out.update({n: Placement(out[n].bucket, out[n].layer, "non-trainable") for n in keras3_bn_stats(out)
+                    if out[n].role == "parameter"})
     # what the file says a tensor is (formats/torch/pt2.py: buffers and constants; formats/keras_zip.py: frozen layers)
     out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in ckpt.roles.items()
                 if n in out and out[n].role == "parameter"})
