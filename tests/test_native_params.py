@@ -258,3 +258,13 @@ def test_sharded_consolidated_files_with_their_index(tmp_path, capsys):
     out = _json(capsys, "summary", str(folder / "consolidated.safetensors.index.json"), "--json")
     assert out["architecture"]["source"] == "params.json" and out["resolved"]["model"] == "MistralForCausalLM"
     assert out["parameters"]["unique"] == model.num_parameters()
+
+
+def test_one_model_parallel_file_counts_its_slice_without_the_whole_model_s_config(tmp_path, capsys):
+    """One rank's file opened alone holds a slice of every weight: params.json (the whole model's) is not its config,
+    which would plan the whole model on a slice's count; a note points at the folder."""
+    folder, model, whole = _meta_folder(tmp_path, 2, True)
+    out = _json(capsys, "summary", str(folder / "consolidated.01.pth"), "--json")
+    part = torch.load(folder / "consolidated.01.pth")
+    assert out["config"] is None and out["parameters"]["unique"] == sum(t.numel() for t in part.values())
+    assert any("model-parallel" in n and "open the folder" in n for n in out["notes"])

@@ -18,10 +18,13 @@ from typing import Any
 
 from ..core import Checkpoint, TensorInfo
 from ..core.chunked import Assembler, Box
+from ..core.files import check_inside
 from ..errors import CorruptCheckpointError
+from .configs import load_config, take_config
+from .native_params import PARAMS, RANK, find_params
 from .registry import _FOLDER_HOOKS
 
-SHARD = re.compile(r"^consolidated\.(\d{2})\.pth$")
+SHARD = RANK
 ROW_PARALLEL = re.compile(r"(^|\.)(attention\.wo|feed_forward\.w2)\.weight$")   # joined along dimension 1
 EMBEDDING = "tok_embeddings.weight"
 
@@ -49,9 +52,15 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoi
     if len(names) < 2:
         return None
     paths = [os.path.join(folder, n) for n in names]
-    first = open_file(paths[0])   # (its params.json read as its config: formats/native_params.py)
+    first = open_file(paths[0])   # (one rank's file takes no params.json: formats/native_params.py take)
+    found = find_params(folder)
+    if found is None:
+        return None
+    check_inside(found, PARAMS, folder)
+    first.notes = [n for n in first.notes if not n.startswith(names[0])]
+    take_config(first, found, load_config(found))
     cfg = first.config or {}
-    if first.config_from != "params.json" or cfg.get("model_type") != "llama":
+    if first.config_from != PARAMS or cfg.get("model_type") != "llama":
         return None
     ranks = [int(SHARD.match(n)[1]) for n in names]   # type: ignore[index]
     if ranks != list(range(len(ranks))):

@@ -16,6 +16,7 @@ window per layer) is no config: the weights are still counted, by their names, w
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ _OTHER = {"vision_encoder": "a vision encoder", "multimodal": "a vision or audio
           "quantization": "a quantisation record", "lora": "a LoRA description"}
 _PLAIN_MOE = {"num_experts", "num_experts_per_tok"}
 _READS = ("tok_embeddings.weight", "output.weight")
+RANK = re.compile(r"^consolidated\.(\d{2})\.pth$")   # Meta's model-parallel files, one a rank
 
 
 def find_params(weights_path: str) -> str | None:
@@ -54,6 +56,12 @@ def take(ckpt: Checkpoint, path: str) -> None:
     native = ckpt.format in WEIGHTS_FORMATS and any(urls.file_name(f).startswith(WEIGHTS_NAME) for f in ckpt.files)
     found = find_params(path) if native else None   # (no look-up, no request, beside any other file)
     if found is None:
+        return
+    rank = RANK.match(urls.file_name(path)) if not urls.is_url(path) else None
+    if rank and os.path.exists(os.path.join(os.path.dirname(path), "consolidated.01.pth")):
+        ckpt.notes.append(f"{urls.file_name(path)} is one of Meta's model-parallel files, a slice of every weight: "
+                          f"{PARAMS} describes the whole model, not read as this file's config (open the folder "
+                          "for the model: formats/model_parallel.py)")
         return
     check_inside(found, PARAMS, path)
     try:
