@@ -123,3 +123,28 @@ def test_llama_cpp_mmproj_file(cli, tmp_path, sides):
     assert {b["bucket"]: b["params"] for b in r["buckets"]} == {k: v for k, v in want.items() if v}
     blocks = {(("vision" if n[0] == "v" else "audio"), int(n.split(".")[2])) for n in names if n.split(".")[1] == "blk"}
     assert {(row["bucket"], row["layer"]) for row in r["layers"]} == blocks
+
+
+@pytest.mark.parametrize("cls_name,towers", [
+    # Phi-4-multimodal: both towers inside the text model's embedding module (embed_tokens_extend.image_embed /
+    # .audio_embed), the audio conformer's blocks `encoders.N`; Fuyu: no tower, patches projected by one Linear
+    ("Phi4MultimodalForCausalLM", {"vision": "image_embed", "audio": "audio_embed"}),
+    ("FuyuForCausalLM", {"vision": "vision_embed_tokens"}),
+])
+def test_towers_inside_the_embedding_module(cli, tmp_path, cls_name, towers):
+    cls = getattr(transformers, cls_name)
+    torch.manual_seed(0)
+    model = cls(tiny_config(cls.config_class)).eval()
+    model.save_pretrained(tmp_path)
+    r = json.loads(cli(str(tmp_path), "--json")[1])
+    buckets = {b["bucket"]: b["params"] for b in r["buckets"]}
+    modules = dict(model.named_modules())
+    for side, name in towers.items():
+        tower = next(m for n, m in modules.items() if n.rsplit(".", 1)[-1] == name)
+        assert buckets.get(side) == _params(tower), (side, buckets)
+        blocks = [m for n, m in tower.named_modules() if isinstance(m, torch.nn.ModuleList)
+                  and n.rsplit(".", 1)[-1] in ("layers", "encoders")]
+        rows = {row["layer"]: row["params"] for row in r["layers"] if row["bucket"] == side}
+        if blocks:
+            assert rows == {i: _params(b) for i, b in enumerate(max(blocks, key=len))}
+    assert "other" not in buckets

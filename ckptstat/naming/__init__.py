@@ -133,9 +133,9 @@ _GPT2_MASK = re.compile(r"(^|\.)attn\.bias$")
 # beside a tower's own (Mllama's `global_transformer`, Video-LLaVA's `video_tower` beside its `image_tower`,
 # DeepSeek-VL-Hybrid's high-resolution tower) has no layer rows: its blocks would share the first stack's indices.
 _VISION_TOWERS = (r"vision_tower|vision_model|visual|image_tower|vision_encoder|visual_tokenizer"
-                  r"|vision_backbone|video_model")
-_AUDIO_TOWERS = r"audio_tower|audio_encoder|speech_encoder"
-_BLOCK = r"(?:[^.]+\.)*?(?:layers?|blocks?|resblocks|h)\.(?P<layer>\d+)\."
+                  r"|vision_backbone|video_model|image_embed|vision_embed_tokens")   # (Phi-4-mm's, Phi-3-V's, Fuyu's)
+_AUDIO_TOWERS = r"audio_tower|audio_encoder|speech_encoder|audio_embed"
+_BLOCK = r"(?:[^.]+\.)*?(?:layers?|blocks?|resblocks|h|encoders)\.(?P<layer>\d+)\."   # (Phi-4-mm's conformer: encoders)
 TOWER_RULES = [
     (rf"(^|\.)({_VISION_TOWERS})\.(.*\.)?global_transformer\.", "vision"),
     (rf"(^|\.)({_VISION_TOWERS})\.{_BLOCK}", "vision"),
