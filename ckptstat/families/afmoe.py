@@ -1,7 +1,7 @@
 """AFMoE (transformers modeling_afmoe.py, Arcee's Trinity): a LLaMA layer with sandwich norms (input_layernorm and
 post_attention_layernorm around the attention, pre_mlp_layernorm and post_mlp_layernorm around the MLP), per-head q/k
-RMSNorms, an output gate on the attention (self_attn.gate_proj, h -> a x d, sigmoid, times the attention's output
-before o_proj: DecoderLayout.attn_gate), rotary on the sliding layers only (by default every
+RMSNorms, q/k/v/o biased by attention_bias, an output gate on the attention (self_attn.gate_proj, h -> a x d, sigmoid,
+times the attention's output before o_proj: DecoderLayout.attn_gate), rotary on the sliding layers only (by default every
 global_attn_every_n_layers-th layer is full and has none), and after the first num_dense_layers dense layers a router
 (mlp.router.gate, sigmoid scores plus mlp.expert_bias, a [E] parameter, to pick the top num_experts_per_tok) over
 num_experts gated MLPs of moe_intermediate_size, with num_shared_experts fused into one summed MLP (mlp.shared_experts).
@@ -17,7 +17,7 @@ from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 AFMOE = DecoderLayout(placement="sandwich", qk_norm="head", attn_gate="width", nope="global", mlp="routed",
-                      shared="summed", dense_layers=True, score_bias=True, qkv_bias=False, o_bias=False, mlp_bias=False,
+                      shared="summed", dense_layers=True, score_bias=True, mlp_bias=False,
                       paths=Paths(router="router.gate", shared="shared_experts", mlp_in="pre_mlp_layernorm",
                                   mlp_out="post_mlp_layernorm"))
 

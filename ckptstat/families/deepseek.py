@@ -45,8 +45,9 @@ DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layer
 # places the MoE layers from first_k_dense_replace every moe_layer_freq layers (only 1 described here)
 AXK1 = replace(DEEPSEEK, moe_out_norm=True, requires=(("moe_layer_freq", 1),))
 # DeepSeek-V3.2 (modeling_deepseek_v32.py): V3's with DeepSeek Sparse Attention's indexer in every layer (always a query
-# LoRA); llama.cpp names the indexer's tensors only in its glm-dsa architecture, not in deepseek2's
-V32 = replace(DEEPSEEK, indexer=True, gguf_renames=tuple((g, None) for g in ("indexer.attn_q_b", "indexer.attn_k",
+# LoRA; its MLPs unbiased whatever mlp_bias says, as GLM-5's, A.X-K2's, HY-V4's, Dots3Note's); llama.cpp names the
+# indexer's tensors only in its glm-dsa architecture, not in deepseek2's
+V32 = replace(DEEPSEEK, indexer=True, mlp_bias=False, gguf_renames=tuple((g, None) for g in ("indexer.attn_q_b", "indexer.attn_k",
                                                                              "indexer.k_norm", "indexer.proj")))
 # GLM-5 (modeling_glm_moe_dsa.py): V3.2's, with A.X-K1's attention (the same matmuls) and an indexer only on the
 # layers its indexer_types marks "full" (the "shared" ones reuse the previous selection)

@@ -130,14 +130,16 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
                 B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
                              "clamped_swiglu", L, gated=True)
     else:   # NemotronH's plain experts (routed_mlp): up alone; Kimi's saved as w1, w3, w2 (Paths.expert_names)
+        # unbiased whatever mlp_bias says (it biases the dense and shared MLPs only): transformers 5's stacked experts
+        # classes hold no bias but gpt-oss's (fused_experts, above)
         gate, up, down = p.expert_names or (p.gate, p.up, p.down)
         gated = w.lay.routed_mlp != "plain"
         for sub, gguf, fin, fout in ((gate, "ffn_gate_exps", h, f), (up, "ffn_up_exps", h, f))[0 if gated else 1:]:
-            w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
+            w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, False, layers, rows,
                      w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
         B.activation(w.label(f"{x} act" + (f"*{up}" if gated else ""), layers), "encoder", rows, f, s.activation, L,
                      gated=gated)
-        w.linear(f"{x}.{{xid}}.{down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
+        w.linear(f"{x}.{{xid}}.{down}", "ffn_down_exps", f, h, False, layers, rows,
                  w.label(f"{x}[{E}].{down} (top-{k})", layers), experts=E)
     if not w.lay.every_expert:
         B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
