@@ -120,10 +120,12 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
             out[key] = cfg[key]
     # whether the wrapper's LM head is its embeddings: transformers 5 reads the wrapper's own config for most
     # (Mistral 3, InternVL, Gemma 3: the top `tie_word_embeddings`, whatever text_config says), the text config's
-    # for some (BLIP-2), either for others (LLaVA, Qwen2-VL): the class table's switch (families/tie_table.py)
+    # for some (BLIP-2), either for others (LLaVA, Qwen2-VL): the class table's switch (families/tie_table.py); a class
+    # the table lists with no tie at all (Qwen2-Audio, Voxtral, Mllama: no _tied_weights_keys) never ties its head,
+    # whatever text_config says
     own = class_ties(cfg)
-    if own is not None and own.switched:
-        out["tie_word_embeddings"] = own.switch
+    if own is not None and (own.switched or not own.groups):
+        out["tie_word_embeddings"] = own.switch and own.switched
     if mt in EMBEDDERS:   # (their weights are outside, counted from the checkpoint: only their FLOPs are the model's)
         out["multimodal_embedders"] = {   # (their widths: the sub-configs', else their classes' defaults)
             name: config_value(s if isinstance(s := cfg.get(key), Mapping) else {}, "hidden_size", sub)
