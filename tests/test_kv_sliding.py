@@ -144,3 +144,32 @@ def test_sliding_lines_keep_their_shape():
     assert [len(x) for x in lines] == [3, 3]
     assert all(isinstance(label, str) and isinstance(rule, str) for label, _, rule in lines)
     assert "DynamicSlidingWindowLayer" in lines[0][2] and lines[1][0] == "decoding or static cache, window 4"
+
+
+# config classes that derive layer_types from a period when config.json has none (written before transformers 4.53:
+# Command R7B's holds sliding_window_pattern, no layer_types): (config, model, kwargs, the period key config.json holds)
+PERIODIC = [
+    pytest.param("Cohere2Config", "Cohere2ForCausalLM", dict(_SIZES, num_hidden_layers=6, sliding_window=4),
+                 {"sliding_window_pattern": 3}, id="cohere2"),
+    pytest.param("Exaone4Config", "Exaone4ForCausalLM", dict(_SIZES, num_hidden_layers=6, sliding_window=4,
+                                                             sliding_window_pattern=3), {}, id="exaone4"),
+    pytest.param("Olmo3Config", "Olmo3ForCausalLM", dict(_SIZES, num_hidden_layers=6, sliding_window=4), {}, id="olmo3"),
+    pytest.param("CwmConfig", "CwmForCausalLM", dict(_SIZES, num_hidden_layers=6, sliding_window=4), {}, id="cwm"),
+]
+
+
+@pytest.mark.parametrize("config,model_name,kwargs,period", PERIODIC)
+def test_periodic_configs_without_layer_types(config, model_name, kwargs, period):
+    """Without layer_types, which layers slide is the config class's period rule (not every layer): the DynamicCache's
+    DynamicSlidingWindowLayers, and the StaticCache's bytes on the second line."""
+    model, d = _build(config, model_name, dict(kwargs, **period))
+    d = {k: v for k, v in d.items() if k != "layer_types"} | period
+    spec = from_config(d)
+    seq = 9
+    dynamic = _forward(model, seq)
+    sliding = tuple(i for i, layer in enumerate(dynamic.layers) if type(layer).__name__ == "DynamicSlidingWindowLayer")
+    assert 0 < len(sliding) < spec.layers
+    assert spec.sliding_layers == sliding
+    lines = get(spec.family).kv_cache(spec, BATCH, seq, seq, 4)
+    assert lines[0][1] == _bytes(dynamic)
+    assert lines[-1][1] == _bytes(_forward(model, seq, T.StaticCache(config=model.config, max_cache_len=seq)))

@@ -70,8 +70,14 @@ def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False, head: str =
 #  - Qwen2/Qwen3/Qwen2-MoE/Qwen3-MoE/SmolLM3 set sliding_window to None unless use_sliding_window (default False);
 #  - Qwen2Config/Qwen3Config derive layer_types when absent: full attention for the first max_window_layers
 #    (default 28) layers, sliding after; Qwen2-MoE/Qwen3-MoE derive none, so all of their layers slide;
+#  - Cohere2, EXAONE 4, EXAONE-MoE, OLMo 3 and CWM derive layer_types when absent (config.json written before
+#    transformers 4.53: Command R7B's, which gives the period as sliding_window_pattern): full attention on every
+#    period-th layer, counted from 1 (CWM's from layer 0), sliding on the others;
 #  - Phi3, Mixtral and the rest take sliding_window as saved (default None): every layer slides.
 _WINDOW_DEFAULT = {"mistral": 4096}
+# model_type -> (the key holding the period, or None: the class's fixed one; the default period; the offset)
+_PERIODIC = {"cohere2": ("sliding_window_pattern", 4, 1), "exaone4": ("sliding_window_pattern", 4, 1),
+             "exaone_moe": ("sliding_window_pattern", 4, 1), "olmo3": (None, 4, 1), "cwm": (None, 4, 0)}
 _USE_FLAG = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "smollm3")
 _MAX_WINDOW_LAYERS = ("qwen2", "qwen3")
 _SLIDING_TYPES = ("sliding_attention", "chunked_attention")
@@ -93,6 +99,12 @@ def sliding(c: Cfg, layers: int) -> dict[str, Any]:
     if types is None and c.model_type in _MAX_WINDOW_LAYERS:
         first = c.int("max_window_layers", default=28)
         types = ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
+    if types is None and c.model_type in _PERIODIC:
+        key, period, offset = _PERIODIC[c.model_type]
+        period = c.int(key, default=period) if key else period
+        if period <= 0:
+            raise UsageError(f"{c.path}: config {key} = {period} is not a positive period of layers")
+        types = ["full_attention" if (i + offset) % period == 0 else "sliding_attention" for i in range(layers)]
     if types is None:
         return dict(sliding_window=window, sliding_layers=())
     if isinstance(types, list) and len(types) == layers and all(isinstance(t, str) for t in types) \
