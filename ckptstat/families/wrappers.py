@@ -60,7 +60,9 @@ WIDTH_HEADS = {"glm4v_text"}
 # whose conversion mappings keep their releases' names on save), and Granite 4 Vision's Q-Former projectors
 # (`layerwise_projectors`, `spatial_projectors`: vision features injected into language layers only with an image);
 # Janus's image generation path (`vqmodel`, the VQ-GAN image tokenizer, and `generation_embeddings`, `generation_aligner`,
-# `generation_head`: modeling_janus.py, run only to make images); Inkling's audio tower, saved as `model.audio`.
+# `generation_head`: modeling_janus.py, run only to make images); Inkling's audio tower, saved as `model.audio`;
+# Apertus 1.5's image and audio tokenizers (`vision_tokenizer`, `audio_tokenizer`: VQ encoders run only on pixels or
+# audio, modeling_apertus1p5.py).
 # A name with a leading `^` is one only as a name's first component: Cosmos3-Omni's releases hold Qwen3-VL's vision
 # tower flat beside the language model's `layers.*` (`blocks.*`, `merger.*`, `patch_embed.*`, `pos_embed.*`,
 # `deepstack_merger_list.*`: its conversion mapping), and `blocks` elsewhere is a text model's (MPT, DBRX).
@@ -71,7 +73,7 @@ VISION_MODULES: tuple[str, ...] = (
     "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend", "projector", "mlp_AR", "vit",
     "vision_projector", "vision_encoder", "vision_projection", "patch_merge_mlp", "merger", "mlp1",
     "layerwise_projectors", "spatial_projectors", "vqmodel", "generation_embeddings", "generation_aligner",
-    "generation_head", "audio",
+    "generation_head", "audio", "vision_tokenizer", "audio_tokenizer",
     "^blocks", "^patch_embed", "^pos_embed", "^deepstack_merger_list")
 # Wrappers whose config.json is their language model's own (no text_config): model_type -> the text model_type whose
 # family describes the text path. Phi-4-multimodal's decoder is Phi-3's (modeling_phi4_multimodal.py: fused qkv_proj
