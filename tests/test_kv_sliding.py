@@ -155,6 +155,11 @@ PERIODIC = [
                                                              sliding_window_pattern=3), {}, id="exaone4"),
     pytest.param("Olmo3Config", "Olmo3ForCausalLM", dict(_SIZES, num_hidden_layers=6, sliding_window=4), {}, id="olmo3"),
     pytest.param("CwmConfig", "CwmForCausalLM", dict(_SIZES, num_hidden_layers=6, sliding_window=4), {}, id="cwm"),
+    # a dense prefix with its own period, then the MoE layers' counted afresh (families/cohere2_moe.py)
+    pytest.param("Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+                 dict(_SIZES, num_hidden_layers=6, sliding_window=4, num_experts=4, num_experts_per_tok=2, intermediate_size=44,
+                      prefix_dense_intermediate_size=40, prefix_dense_sliding_window_pattern=2, sliding_window_pattern=3),
+                 {"first_k_dense_replace": 2}, id="cohere2-moe"),
 ]
 
 

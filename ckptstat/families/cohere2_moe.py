@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..errors import UsageError
 from .framework import layout
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
@@ -24,6 +25,16 @@ COHERE2_MOE = DecoderLayout(norm="layernorm_nobias", placement="parallel", mlp="
 
 
 def from_config(c: Cfg) -> ArchSpec:
+    if c.cfg.get("layer_types") is None:   # Cohere2MoeConfig.__post_init__'s rule: the dense prefix's full layers every
+        # prefix_dense_sliding_window_pattern-th, then the rest's every sliding_window_pattern-th, counted afresh
+        L, k = c.int("num_hidden_layers"), c.int("first_k_dense_replace", default=0)
+        periods = [c.int(key, default=FROM_CLASS) for key in ("prefix_dense_sliding_window_pattern", "sliding_window_pattern")]
+        if min(periods) <= 0:
+            raise UsageError(f"{c.path}: config sliding window patterns {periods} are not positive periods of layers")
+        types = [("sliding_attention" if (i + 1) % p else "full_attention") for n, p in ((min(k, L), periods[0]),
+                                                                                       (L - min(k, L), periods[1]))
+                 for i in range(n)]
+        c = Cfg(dict(c.cfg, layer_types=types), c.path, c.model_type, c.head, c.common)
     spec = layout.spec_from_config(COHERE2_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
     L, f = spec.layers, spec.intermediate
     dense = layout.mlp_dense_layers(c, L, c.int("first_k_dense_replace", default=0))   # a kwarg the class pops
