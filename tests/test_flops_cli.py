@@ -140,6 +140,14 @@ def test_bad_input(capsys, tmp_path):
                              "n_positions": 4}))
     assert main(["flops", str(p)]) == 2
     assert "n_head = 0 is not a positive integer" in capsys.readouterr().err
+    # DeepseekV2Config's own default (released configs set it): null, which transformers cannot route by either;
+    # the line said "= 0", a value the file does not hold
+    T = pytest.importorskip("transformers")
+    cfg = T.DeepseekV2Config(architectures=["DeepseekV2ForCausalLM"])
+    assert cfg.num_experts_per_tok is None
+    cfg.to_json_file(p)
+    assert main(["flops", str(p)]) == 2
+    assert "num_experts_per_tok = null is not a positive integer" in capsys.readouterr().err
     assert main(["flops", os.path.join(FIX, "bert-tiny"), "--seq", "0"]) == 2
     assert main(["memory", os.path.join(FIX, "bert-tiny"), "--batch", "-1"]) == 2
     assert main(["flops", os.path.join(FIX, "bert-tiny"), "--convention", "nope"]) == 2

@@ -125,7 +125,7 @@ def latent_spec(lay: DecoderLayout, c: Cfg, E: int | None = None, first: int | N
         spec = replace(spec, variant=Hyper(c.int("hc_mult", default=FROM_CLASS)))
     return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
                    latent=Latent(q_lora, c.int("kv_lora_rank"), v, *index), experts=E,
-                   top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
+                   top_k=c.int("num_experts_per_tok", default=FROM_CLASS) if E else 0, moe_intermediate=fe,
                    shared_intermediate=fe * c.int("n_shared_experts", default=0),
                    dense_layers=layout.mlp_dense_layers(c, L, first) if E else tuple(range(L)))
 
