@@ -326,6 +326,7 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         if info is None:
             raise CorruptCheckpointError(path, f"storage {key!r} has no record {prefix}data/{key}")
         start = data_offset(path, f, info, size)
+        _check_declared(path, u.storages[key], info.file_size, info.filename)
         stored = info.compress_type == zipfile.ZIP_STORED
         compressed |= not stored
         records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
@@ -354,6 +355,17 @@ def _predicted_counts(pos: int, refs: list[StorageRef | None], size: int) -> Ite
 
 def _itemsize(ref: StorageRef) -> int:
     return dtypes.get(ref.dtype).bits // 8 if ref.dtype else 1
+
+
+def _check_declared(path: str, ref: StorageRef, nbytes: int, record: str) -> None:
+    """A storage's record holds exactly the elements its (first) persistent id declares, as torch.load checks
+    (a zip record: "record size ... does not match expected size"; a legacy storage's count: "storage has wrong byte
+    size"): a record cut short or run over other members is refused, never read as a smaller or larger storage."""
+    need = ref.numel * _itemsize(ref)
+    if nbytes != need:
+        raise CorruptCheckpointError(path, f"storage {ref.key!r} is declared as {ref.numel:,} elements of "
+                                           f"{ref.dtype or 'U8'}, which needs {need:,} bytes of {record}; the record "
+                                           f"holds {nbytes:,} (torch.load refuses it)")
 
 
 def read_legacy(path: str) -> Contents:
@@ -395,6 +407,7 @@ def read_legacy(path: str) -> Contents:
                 raise CorruptCheckpointError(
                     path, f"storage {key!r} claims {count:,} elements ({nbytes:,} bytes) at offset {pos + 8:,}, "
                     f"past the end of the {size:,}-byte file")
+            _check_declared(path, ref, nbytes, f"legacy storage {key}")
             records[key] = StorageRecord(key, nbytes, pos + 8, f"legacy storage {key}")
             pos += 8 + nbytes
         missing = set(u.storages) - set(records)
