@@ -56,7 +56,8 @@ class TensorInfo:
         n = 1
         for i, d in enumerate(self.shape):
             if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > INT64_MAX:
-                what = "not an integer" if not isinstance(d, int) else "negative" if d < 0 else "larger than 2^63-1"
+                what = ("not an integer" if isinstance(d, bool) or not isinstance(d, int) else "negative" if d < 0
+                        else "larger than 2^63-1")
                 raise CorruptCheckpointError(self.file, f"tensor {self.name!r}: dimension {i} is {what}")
             n *= d
             if n > INT64_MAX:

@@ -218,8 +218,9 @@ def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointErro
     `type(x) is` tests and C-level checks of the shape (map, min)."""
     keys = {"dtype", "shape", "data_offsets"}
     for name, e in header.items():
-        if type(e) is not dict or e.keys() != keys:
-            raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
+        # other members are ignored, as the reference's serde struct does (no deny_unknown_fields)
+        if type(e) is not dict or not keys <= e.keys():
+            raise bad(f"tensor {name!r}: entry must have dtype, shape and data_offsets")
         dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
         if type(dtype) is not str:
             raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
