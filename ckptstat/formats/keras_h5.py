@@ -29,7 +29,7 @@ from ..core import Checkpoint, TensorInfo, dtypes, urls
 from ..core.allocations import bounded
 from ..core.files import external_allowed, file_size, open_regular, refuse_external, regular
 from ..core.limits import limits
-from ..core.tensor import read_flat_file
+from ..core.tensor import check_inflation, read_flat_file
 from ..errors import CheckpointError, CorruptCheckpointError, MissingDependencyError, reading
 from .keras_names import dense_layout
 from .registry import Format, Probe, register
@@ -393,6 +393,20 @@ def _hyperslab(dset: Any, prefix: tuple[int, ...], shape: tuple[int, ...], start
     return out
 
 
+def value_dataset(h5: Any, info: TensorInfo) -> Any:
+    """The dataset of `info` in the open file `h5`, checked before its values are read (here and in keras_zip.py)."""
+    dset = h5[str(info.extra["h5_path"])]
+    if tuple(dset.shape) != info.shape:
+        raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")
+    if dset.chunks is not None and dset.id.get_create_plist().get_nfilters():
+        # HDF5 decompresses a filtered chunk whole for any element of it, again on every read: a 260 KB file's one
+        # 256 MiB chunk of zeros took 124 s of CPU (64 reads of 4 MiB), a 16-element dataset's 512 MiB chunk 512 MiB
+        # of memory. A chunk is held to what its dataset stores, as a deflated member is.
+        check_inflation(info.file, f"tensor {info.name!r}: one HDF5 chunk of {list(dset.chunks)}",
+                        math.prod(dset.chunks) * dset.dtype.itemsize, int(dset.id.get_storage_size()))
+    return dset
+
+
 def read_h5(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     """Elements [start, start + count): contiguous datasets straight from the file; chunked and
     compressed ones through h5py, selecting exactly those elements. (What h5py raises on damaged
@@ -404,9 +418,7 @@ def read_h5(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     if not urls.is_url(info.file):
         regular(info.file)   # h5py opens it itself: a file swapped for a FIFO must not block it
     with _h5_file(info.file) as f:
-        dset = f[str(info.extra["h5_path"])]
-        if tuple(dset.shape) != info.shape:
-            raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")
+        dset = value_dataset(f, info)
         if not info.shape:
             values = np.asarray(dset[()]).reshape(-1)
         else:

@@ -31,7 +31,7 @@ from ..core.limits import limits
 from ..core.spill import KeptSpill
 from ..core.tensor import check_inflation, read_flat_file
 from ..errors import CorruptCheckpointError, reading
-from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
+from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk, value_dataset
 from .keras_names import frozen_roles
 from .registry import Format, Probe, register
 from .torch.containers import data_offset, zip_open
@@ -200,9 +200,7 @@ def _read(info: TensorInfo, start: int, count: int, reader: _Values | None = Non
     import numpy as np
 
     with _weights(info.file, reader) as (h5, _, _zf):
-        dset = h5[str(info.extra["h5_path"])]
-        if tuple(dset.shape) != info.shape:
-            raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")
+        dset = value_dataset(h5, info)
         parts = _hyperslab(dset, (), info.shape, start, count) if info.shape else [np.asarray(dset[()]).reshape(-1)]
         values = parts[0] if len(parts) == 1 else np.concatenate(parts)
     if info.dtype == "BF16":
