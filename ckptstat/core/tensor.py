@@ -151,10 +151,12 @@ def check_expansion(info: TensorInfo) -> None:
     """Refuse to read values a tensor does not store: more than limits().expansion bytes of values per
     stored byte (+ expansion_floor), e.g. a stride-0 view over a huge shape, or an HDF5 dataset of
     2^60 unallocated elements; a deflated tensor (`extra["deflated"]`: its compressed bytes) past
-    limits().inflate_ratio. The work a value read does is then linear in the bytes stored."""
-    deflated = info.extra.get("deflated")
-    if isinstance(deflated, int):
-        check_inflation(info.file, f"tensor {info.name!r}", info.nbytes, deflated)
+    limits().inflate_ratio (of `extra["inflated"]`, the bytes it decompresses to, where more than its values). The
+    work a value read does is then linear in the bytes stored."""
+    deflated, inflated = info.extra.get("deflated"), info.extra.get("inflated")
+    if isinstance(deflated, int):   # (`inflated`: what decompression yields when more than the values, zarr's padding)
+        check_inflation(info.file, f"tensor {info.name!r}", inflated if isinstance(inflated, int) else info.nbytes,
+                        deflated)
     lim = limits()
     logical, stored = info.byte_size, stored_bytes(info)
     if logical > lim.expansion * stored + lim.expansion_floor:

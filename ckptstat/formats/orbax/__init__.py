@@ -207,6 +207,8 @@ def _tensors(values: dict[str, Value], file: str, prefix: str, reader: _Values,
         extra: dict[str, object] = {"zarr_chunks": len(boxes)}
         if arr.codec is not None:
             extra["deflated"] = stored
+            if len(boxes) * arr.inner_bytes > dt.nbytes(math.prod(arr.shape)):   # edge chunks decode padded, whole
+                extra["inflated"] = len(boxes) * arr.inner_bytes
         out[full] = TensorInfo(name=full, dtype=arr.dtype, shape=arr.shape, file=file, offset=None,
                                nbytes=dt.nbytes(math.prod(arr.shape)), byteorder=arr.byteorder, extra=extra)
         reader.layouts[full] = boxes
