@@ -171,6 +171,8 @@ def test_flops_from_metadata_as_from_config_json(model, hf_path, seq, tmp_path, 
         reports.append(json.loads(out))
     g, h = reports
     assert g["config"] is None and h["config"].endswith("config.json")
+    # (the one difference: what held the config, as the output names it)
+    assert (g["architecture"].pop("source"), h["architecture"].pop("source")) == ("GGUF metadata", "config.json")
     assert g["architecture"] == h["architecture"] and g["parameters"] == h["parameters"]
     keys = ("module", "calls", "params", "macs", "flops", "elementwise_flops")
     ops = [[{k: m[k] for k in keys} for run in r["runs"] for m in run["modules"]] for r in reports]
