@@ -284,7 +284,8 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 dm = np.where(same | bad, 0.0, d)
                 max_abs = max(max_abs, float(np.max(dm)))
                 dd += float(np.dot(dm, dm))
-                close = close and not bad.any() and bool(np.all(dm <= atol + rtol * np.abs(yf)))
+                # (the tolerance of a NaN or inf is NaN: those pairs are judged by `same` and `bad` alone)
+                close = close and not bad.any() and bool(np.all(same | bad | (dm <= atol + rtol * np.abs(yf))))
                 rounded = False   # (NaN or inf facing NaN or the same inf is not a tensor worth certifying)
     finite = all(np.isfinite(v) for v in (aa, bb, ab, dd))
     rel = float(np.sqrt(dd) / np.sqrt(aa)) if aa > 0 and finite else None
