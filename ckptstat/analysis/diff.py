@@ -104,11 +104,12 @@ def natural_key(name: str) -> tuple:
 
 
 def _key(name: str, rules: list[tuple[re.Pattern[str], str]], rename: Rename | None = None) -> tuple[str, str]:
-    """(the name after the built-in rename and the --map rules, and without its wrapper and base-model prefixes)."""
-    if rename is not None:
-        name = rename(name)
+    """(the name after the --map rules and the built-in rename, and without its wrapper and base-model prefixes).
+    The rules first: they are written against the names as stored (as `summary` and a row's `a_name` show them)."""
     for pattern, repl in rules:
         name = pattern.sub(repl, name)
+    if rename is not None:
+        name = rename(name)
     key = strip_prefixes(name, base_models=True)
     while (m := _EXTRA_WRAPPER.match(key)) is not None:
         key = strip_prefixes(key[m.end():], base_models=True)
