@@ -42,3 +42,22 @@ def test_inf_beside_a_change_within_tolerance(tmp_path, atol, rtol) -> None:
     z = torch.tensor([float("-inf"), 1.1, 2.0, float("inf")])     # beyond it: still a change
     assert not bool(torch.isclose(z, x, atol=atol, rtol=rtol).all())
     assert _run(tmp_path, x, z, "--atol", str(atol), "--rtol", str(rtol)) == (1, "values")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_conversion_keeping_nan_and_inf_is_converted(tmp_path, dtype) -> None:
+    """Was: a tensor holding a NaN or an inf, cast by torch's .to(dtype), read `dtype` (exit 1), never `converted`,
+    though torch keeps NaN and inf as they are and rounds every other element to nearest."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(500, generator=g), torch.tensor([float("nan"), float("-inf"), float("inf"), -0.0])])
+    y = x.to(dtype)
+    assert torch.equal(torch.isnan(y), torch.isnan(x)) and torch.equal(y.float()[-3:-1], x[-3:-1])
+    assert _run(tmp_path, x, y) == (0, "converted")
+    assert _run(tmp_path, x, y, "--strict") == (1, "dtype")
+    z = y.clone()
+    z[0] = z[0] + 0.25   # not the nearest value: a change
+    assert not torch.equal(z, x.to(dtype))
+    assert _run(tmp_path, x, z) == (1, "dtype")
+    w = x.clone()
+    w[1] = 1.0   # a NaN in the cast facing a finite source: a change
+    assert _run(tmp_path, w, y) == (1, "dtype")

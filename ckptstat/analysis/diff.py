@@ -267,12 +267,7 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             if close:
                 close = chunk_max <= atol if rtol == 0 else bool(np.all(d <= atol + rtol * np.abs(yf)))
             if rounded and bound_of is not None:
-                bound = bound_of(xf, yf) if narrow_b else bound_of(yf, xf)
-                if slack:
-                    bound = bound + slack * np.abs(xf if narrow_b else yf)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    share = np.where(d == 0, 0.0, d / bound)
-                use = max(use, float(np.max(share)))
+                use = max(use, _bound_share(bound_of, narrow_b, slack, xf, yf, d))
                 rounded = use <= 1
         elif d.size:
             with np.errstate(invalid="ignore", over="ignore"):
@@ -287,12 +282,29 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 dd += float(np.dot(dm, dm))
                 # (the tolerance of a NaN or inf is NaN: those pairs are judged by `same` and `bad` alone)
                 close = close and not bad.any() and bool(np.all(same | bad | (dm <= atol + rtol * np.abs(yf))))
-                rounded = False   # (NaN or inf facing NaN or the same inf is not a tensor worth certifying)
+                # a NaN or inf kept as it is (torch's .to(dtype) keeps them) is faithful; one facing another value
+                # (a finite value past the narrower dtype's range cast to inf too) is not
+                rounded = rounded and not bad.any()
+                if rounded and bound_of is not None:
+                    use = max(use, _bound_share(bound_of, narrow_b, slack, xf, yf, dm))
+                    rounded = use <= 1
     finite = all(np.isfinite(v) for v in (aa, bb, ab, dd))
     rel = float(np.sqrt(dd) / np.sqrt(aa)) if aa > 0 and finite else None
     cos = float(ab / (np.sqrt(aa) * np.sqrt(bb))) if aa > 0 and bb > 0 and finite else None   # (aa * bb overflows)
     return {"identical": ha.digest() == hb.digest(), "close": close, "max_abs": max_abs, "rel_l2": rel, "cosine": cos,
             "nonfinite_mismatch": nonfinite, "rounded": conversion_row(target, use) if rounded and target else None}
+
+
+def _bound_share(bound_of: Callable[[np.ndarray, np.ndarray], np.ndarray], narrow_b: bool, slack: float,
+                 xf: np.ndarray, yf: np.ndarray, d: np.ndarray) -> float:
+    """The largest share of its rounding bound an element's difference `d` takes (0 where d is 0: a NaN or inf
+    kept as it is, whose bound is not finite)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bound = bound_of(xf, yf) if narrow_b else bound_of(yf, xf)
+        if slack:
+            bound = bound + slack * np.abs(xf if narrow_b else yf)
+        share = np.where(d == 0, 0.0, d / bound)
+    return float(np.max(share))
 
 
 def _converter_transform(a: Checkpoint, b: Checkpoint, key: str, shape: tuple[int, ...],
