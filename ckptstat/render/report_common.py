@@ -28,11 +28,12 @@ def plot_text(x: object) -> str:
 
 
 def md_cell(x: object) -> str:
-    """A cell: pipes, backticks, markdown emphasis, links, HTML, newlines and control characters from file
-    names made harmless."""
+    """A cell: pipes, backticks, markdown emphasis and strikethrough, links, HTML and its character references
+    (`&lt;`), newlines and control characters from file names made harmless: rendered, it reads as written."""
     s = str(x).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_")
     s = s.replace("[", "\\[").replace("]", "\\]")   # a name `[x](https://...)` is no link, `![x](...)` no image
-    s = s.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
+    s = s.replace("~", "\\~")   # `~~x~~` no strikethrough (GFM)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
     return inert(s)
 
 
