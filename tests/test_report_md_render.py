@@ -5,6 +5,7 @@ file, html.parser reads each table row's first cell back; the names are those sa
 diff aligns as `.`)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -73,3 +74,16 @@ def test_names_read_as_written(files, command) -> None:
     cells = _rendered_first_cells(out.read_text())
     missing = [n for n in NAMES if n not in cells]
     assert not missing, (missing, cells)
+
+
+def test_diff_text_columns_left_numbers_right(files) -> None:
+    """docs/report.md: text columns `:---`, numbers `---:`. Was: the diff's change and detail columns (and a non-tensor
+    value's A / B) were right-aligned as numbers."""
+    out = files / "align.md"
+    subprocess.run([sys.executable, "-m", "ckptstat", "diff", str(files / "a.safetensors"), str(files / "b.safetensors"),
+                    "-o", str(out)], capture_output=True, text=True)
+    html = markdown_it.MarkdownIt("commonmark").enable(["table"]).render(out.read_text())
+    heads = re.findall(r'<th style="text-align:(\w+)">([^<]*)</th>', html)
+    table = {text: align for align, text in heads[heads.index(("left", "tensor")):][:6]}
+    assert [table.get(h) for h in ("tensor", "change", "detail", "max abs diff", "rel L2", "cosine")] == \
+        ["left", "left", "left", "right", "right", "right"], heads
