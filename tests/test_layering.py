@@ -129,7 +129,7 @@ def test_no_import_cycle():
 # imports only from its own tier or one before it. The cluster settings stats shares with audit put audit first.
 ANALYSIS_TIERS = [
     ("quantized", "dequantized", "dequantized_codes", "dequantized_gptq", "dequantized_keras", "ties", "flops", "memory",
-     "conversion", "conversion_mlx", "conversion_mla", "scan", "adapter", "pipeline", "torch_flops"),
+     "conversion", "conversion_mlx", "conversion_mla", "diff_experts", "scan", "adapter", "pipeline", "torch_flops"),
     ("meta", "optimizer_names"),
     ("summary", "diff"),
     ("audit",),

@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import strip_prefixes
 from ..naming.layout_ties import out_in_shape
-from . import dequantized
+from . import dequantized, diff_experts
 from .conversion import (
     MAX_EXPERTS,
     MMPROJ_BUCKETS,
@@ -555,6 +555,10 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     elif dequantized.dequantisable(a) or dequantized.dequantisable(b):   # quantised: its weights read as their values
         a, b = dequantized.view(a, True), dequantized.view(b, True)
         builtin = (DEQUANTIZED_MAP, [])
+    elif (side := diff_experts.fused_side(a, b)) is not None:   # transformers 5's fused experts, save_pretrained's own
+        a, b = (diff_experts.split(a), b) if side == "a" else (a, diff_experts.split(b))
+        (rb if side == "a" else ra)[:0] = diff_experts.MIXTRAL
+        builtin = (diff_experts.LABEL, [])
     elif tf_spelled(a.tensors) != tf_spelled(b.tensors):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a.tensors) else (None, tf_rename)
