@@ -484,7 +484,8 @@ Bound = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # dtype -> the allowed |x - y| per element of source x and stored y
 ROUNDING: dict[str, Bound] = {
     "F32": lambda x, y: np.abs(x.astype(np.float32).astype(np.float64) - x),
-    "F16": lambda x, y: np.abs(x.astype(np.float16).astype(np.float64) - x),
+    # float64 -> float16 as torch rounds it: through float32 (the same value, or a farther neighbour near a tie)
+    "F16": lambda x, y: np.abs(x.astype(np.float32).astype(np.float16).astype(np.float64) - x),
     "BF16": lambda x, y: np.abs(_bf16(x).astype(np.float64) - x),
 }
 
