@@ -40,3 +40,17 @@ def test_torch_casts_of_float64_are_converted(tmp_path, target) -> None:
     z = y.clone()
     z[-1] = z[-1] + 4 * float(torch.finfo(target).eps) * max(1.0, abs(float(z[-1])))   # not a nearest value
     assert _status(tmp_path, x, z) == (1, "dtype")
+
+
+def test_bf16_cast_to_f16_either_way_round(tmp_path) -> None:
+    """Was: float16 facing bfloat16 was checked only as B rounded from A, so `diff F16_COPY BF16_ORIGINAL` of torch's
+    own cast read `dtype` (exit 1) while the other order read `converted`."""
+    g = torch.Generator().manual_seed(0)
+    b = (torch.randn(10000, generator=g) * 5e-4).to(torch.bfloat16)
+    f = b.to(torch.float16)
+    assert not torch.equal(f.float(), b.float())      # some values rounded (float16's subnormals)
+    assert _status(tmp_path, b, f) == (0, "converted")
+    assert _status(tmp_path, f, b) == (0, "converted")
+    z = f.clone()
+    z[0] = -z[0] if z[0] != 0 else 1.0                 # one element moved
+    assert _status(tmp_path, z, b) == (1, "dtype")

@@ -517,6 +517,45 @@ def rounding(ta: TensorInfo, tb: TensorInfo) -> tuple[str, bool, int, Bound] | N
     return None if found is None else (target, narrow_b, *found)
 
 
+def roundings(ta: TensorInfo, tb: TensorInfo) -> list[tuple[str, bool, int, Bound]]:
+    """Each rounding the pair may be (`rounding`'s tuples): float16 facing bfloat16, as wide and neither holding the
+    other, may be either one rounded to the other (a bf16 model cast to f16, diffed either way round): B first."""
+    found = rounding(ta, tb)
+    if found is None:
+        return []
+    if found[0] in ("F16", "BF16") and {ta.dtype, tb.dtype} == {"F16", "BF16"} and found[1]:
+        return [found, (ta.dtype, False, 1, ROUNDING[ta.dtype])]
+    return [found]
+
+
+class RoundingCheck:
+    """Whether a pair read in step (whole blocks of `block` elements) is a faithful rounding under one of its
+    `roundings`: `feed` each piece (source side, other side, abs difference); `row()` the first that held, or None."""
+
+    def __init__(self, ta: TensorInfo, tb: TensorInfo, slack: float = 0.0) -> None:
+        self.found = roundings(ta, tb)
+        self.use = [0.0] * len(self.found)
+        self.slack = slack   # a replayed transform's own relative error, allowed on top of the bound
+        self.block = self.found[0][2] if self.found else 1
+
+    def feed(self, xf: np.ndarray, yf: np.ndarray, d: np.ndarray, failed: bool = False) -> None:
+        for i, (_, narrow_b, _, bound_of) in enumerate(self.found):
+            if self.use[i] <= 1:   # (a QuantBound reads its blocks in step: fed until it fails)
+                self.use[i] = float("inf") if failed else max(self.use[i], self._share(bound_of, narrow_b, xf, yf, d))
+
+    def _share(self, bound_of: Bound, narrow_b: bool, xf: np.ndarray, yf: np.ndarray, d: np.ndarray) -> float:
+        """The largest share of its bound an element's difference `d` takes (0 where d is 0: a NaN or inf kept as it
+        is, whose bound is not finite)."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            bound = bound_of(xf, yf) if narrow_b else bound_of(yf, xf)
+            if self.slack:
+                bound = bound + self.slack * np.abs(xf if narrow_b else yf)
+            return float(np.max(np.where(d == 0, 0.0, d / bound)))
+
+    def row(self) -> dict[str, Any] | None:
+        return next((conversion_row(f[0], u) for f, u in zip(self.found, self.use) if u <= 1), None)
+
+
 def converts(ta: TensorInfo, tb: TensorInfo) -> bool:
     """Whether the pair's values are stored in different forms (dtypes, or one side's read from another: `rounded`), so
     that equal values are a conversion's rounding, not equality."""

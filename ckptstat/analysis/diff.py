@@ -29,14 +29,13 @@ from .conversion import (
     MAX_EXPERTS,
     MMPROJ_BUCKETS,
     WRAPPED_LM,
+    RoundingCheck,
     Transform,
     column_blocks,
-    conversion_row,
     converts,
     generated,
     gguf_converter,
     gguf_rules,
-    rounding,
     transform_for,
     whole_blocks,
 )
@@ -241,10 +240,8 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             xs = transform[1].apply(lambda: a.iter_chunks(na, chunk_bytes))
         else:
             ys = transform[1].apply(lambda: b.iter_chunks(nb, chunk_bytes))
-    found = rounding(a.tensors[na], b.tensors[nb])   # narrow_b: the side rounded to; the other is the source
-    target, narrow_b, block, bound_of = found or (None, False, 1, None)
-    rounded, use = bound_of is not None, 0.0
-    for x, y in whole_blocks(((x, y) for x, y in aligned(xs, ys)), block):
+    check = RoundingCheck(a.tensors[na], b.tensors[nb], slack)   # whether B is A rounded, or A B rounded
+    for x, y in whole_blocks(((x, y) for x, y in aligned(xs, ys)), check.block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
         hb.update(np.ascontiguousarray(y).data)
         with np.errstate(invalid="ignore", over="ignore"):   # (a signalling NaN widened, too)
@@ -266,9 +263,7 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             dd += float(np.dot(d, d))   # d = abs(a - b) is real, complex inputs too
             if close:
                 close = chunk_max <= atol if rtol == 0 else bool(np.all(d <= atol + rtol * np.abs(yf)))
-            if rounded and bound_of is not None:
-                use = max(use, _bound_share(bound_of, narrow_b, slack, xf, yf, d))
-                rounded = use <= 1
+            check.feed(xf, yf, d)
         elif d.size:
             with np.errstate(invalid="ignore", over="ignore"):
                 nan_a, nan_b = np.isnan(xf), np.isnan(yf)
@@ -284,27 +279,12 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 close = close and not bad.any() and bool(np.all(same | bad | (dm <= atol + rtol * np.abs(yf))))
                 # a NaN or inf kept as it is (torch's .to(dtype) keeps them) is faithful; one facing another value
                 # (a finite value past the narrower dtype's range cast to inf too) is not
-                rounded = rounded and not bad.any()
-                if rounded and bound_of is not None:
-                    use = max(use, _bound_share(bound_of, narrow_b, slack, xf, yf, dm))
-                    rounded = use <= 1
+                check.feed(xf, yf, dm, failed=bool(bad.any()))
     finite = all(np.isfinite(v) for v in (aa, bb, ab, dd))
     rel = float(np.sqrt(dd) / np.sqrt(aa)) if aa > 0 and finite else None
     cos = float(ab / (np.sqrt(aa) * np.sqrt(bb))) if aa > 0 and bb > 0 and finite else None   # (aa * bb overflows)
     return {"identical": ha.digest() == hb.digest(), "close": close, "max_abs": max_abs, "rel_l2": rel, "cosine": cos,
-            "nonfinite_mismatch": nonfinite, "rounded": conversion_row(target, use) if rounded and target else None}
-
-
-def _bound_share(bound_of: Callable[[np.ndarray, np.ndarray], np.ndarray], narrow_b: bool, slack: float,
-                 xf: np.ndarray, yf: np.ndarray, d: np.ndarray) -> float:
-    """The largest share of its rounding bound an element's difference `d` takes (0 where d is 0: a NaN or inf
-    kept as it is, whose bound is not finite)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        bound = bound_of(xf, yf) if narrow_b else bound_of(yf, xf)
-        if slack:
-            bound = bound + slack * np.abs(xf if narrow_b else yf)
-        share = np.where(d == 0, 0.0, d / bound)
-    return float(np.max(share))
+            "nonfinite_mismatch": nonfinite, "rounded": check.row()}
 
 
 def _converter_transform(a: Checkpoint, b: Checkpoint, key: str, shape: tuple[int, ...],
