@@ -8,7 +8,7 @@ text, one column each); a re-run reads both back.
 A record is done, and skipped by a re-run, when its path, bytes and mtime_ns (a URL's: its etag) equal
 the unit's now (audit_find.Unit.key): a file changed since is audited again and its new record supersedes
 the old. A URL record without an etag (a server that sends no ETag or Last-Modified) is never skipped.
-A line that does not parse (a run killed mid-write) is ignored.
+A line that does not parse is ignored; a half-written last one (a run killed mid-write) is cut off before appending.
 
 The results are never written through a symlink or onto an input's inode: the file is replaced by a new one
 (the old records copied in) when the run begins, and records are appended to that (docs/security.md, "Writing").
@@ -130,7 +130,9 @@ class Writer:
     def __init__(self, out: str, fresh: bool = False):
         self.out = out
         self.path = partial_path(out)
-        self._f: IO[str] = io.TextIOWrapper(fresh_output(self.path, keep=not fresh), encoding="utf-8")
+        raw = fresh_output(self.path, keep=not fresh)
+        _drop_torn_line(raw)
+        self._f: IO[str] = io.TextIOWrapper(raw, encoding="utf-8")
 
     def write(self, rec: dict[str, Any]) -> None:
         self._f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -144,6 +146,26 @@ class Writer:
         if is_parquet(self.out) and records is not None:
             write_parquet(self.out, list(records))
             os.remove(self.path)
+
+
+def _drop_torn_line(f: IO[bytes]) -> None:
+    """Cut a half-written last line (a run killed mid-write) off the copied records, `f` left at the end: appended
+    after it, the next record joined it into one line that parses as neither (that record lost, re-audited on
+    every run, and the file no JSON Lines for the tools that read it)."""
+    end = f.seek(0, os.SEEK_END)
+    pos = end
+    while pos > 0:
+        start = max(0, pos - 65536)
+        f.seek(start)
+        chunk = f.read(pos - start)
+        if pos == end and chunk.endswith(b"\n"):
+            break
+        nl = chunk.rfind(b"\n")
+        if nl >= 0 or start == 0:
+            f.truncate(start + nl + 1)
+            break
+        pos = start
+    f.seek(0, os.SEEK_END)
 
 
 def _bytes(s: str) -> bytes:
