@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 from conftest import fixture
 
 
@@ -43,3 +44,21 @@ def test_audit_resumed_after_a_torn_last_line_writes_whole_lines(tmp_path):
     assert sorted(x["path"] for x in again) == sorted(x["path"] for x in first)
     r = _ckptstat("audit", str(zoo), "--out", str(out), "--no-progress", "--json")
     assert json.loads(r.stdout)["run"]["audited"] == 0 and len(_lines(out)) == 3
+
+
+def test_a_narrow_terminal_never_cuts_a_number(tmp_path):
+    """COLUMNS=40: the numbers beside the names need more than the terminal has once the names are elided to the
+    least. rich then cut every column to fit (dtype `F3`, numel `3` for 32, shape `100` for 1000x64); now the table
+    is as wide as its numbers and printed uncropped, the terminal wrapping its rows."""
+    from safetensors import safe_open
+
+    path = os.path.join(fixture("bert-tiny"), "model.safetensors")
+    r = _ckptstat("tensors", path, env={"COLUMNS": "40"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rule = next(i for i, x in enumerate(lines) if x.strip().startswith("─"))
+    rows = [line.split() for line in lines[rule + 1:] if line.strip()]   # name, bucket, dtype, shape, numel, bytes (2)
+    with safe_open(path, framework="numpy") as f:   # the library's own reading of the file
+        want = sorted((f.get_slice(k).get_dtype(), "x".join(map(str, f.get_slice(k).get_shape())),
+                       f"{int(np.prod(f.get_slice(k).get_shape())):,}") for k in f.keys())
+    assert sorted((row[-5], row[-4], row[-3]) for row in rows) == want

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..core import jsontext
 from ..families.images import MODELLED
+from ..render.names import overflows
 from .quick import CONFIG, JSON, no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class _Console(Console):
         self.names_whole = not self.is_terminal and "COLUMNS" not in os.environ
 
     def print(self, *objects: Any, **options: Any) -> None:
-        if self.names_whole:
+        if self.names_whole or overflows(self, objects):
             options.setdefault("crop", False)
         super().print(*objects, **options)
 

@@ -129,7 +129,15 @@ def fit_names(table: Table, console: Console, column: int = 0) -> Table:
     elif excess > 0:
         natural = max((Measurement.get(console, wide, cell).maximum for cell in [col.header, *col.cells]), default=0)
         col.max_width = max(NARROWEST, natural - excess)
+        if natural - excess < NARROWEST:   # the other columns alone overflow the terminal: rich cropped their numbers
+            table.width = total - natural + min(natural, NARROWEST)   # (numel 64 for 64,000); wider, printed uncropped
     return table
+
+
+def overflows(console: Console, objects: tuple[object, ...]) -> bool:
+    """Whether one of `objects` is a table `fit_names` made wider than the console: printed uncropped (the terminal
+    wraps its rows), no number cut."""
+    return any(isinstance(o, Table) and o.width is not None and o.width > console.width for o in objects)
 
 
 class NameLine:
