@@ -62,3 +62,18 @@ def test_a_narrow_terminal_never_cuts_a_number(tmp_path):
         want = sorted((f.get_slice(k).get_dtype(), "x".join(map(str, f.get_slice(k).get_shape())),
                        f"{int(np.prod(f.get_slice(k).get_shape())):,}") for k in f.keys())
     assert sorted((row[-5], row[-4], row[-3]) for row in rows) == want
+
+
+def test_audit_of_a_root_that_is_not_there_writes_nothing(tmp_path):
+    """`audit /mnt/zo --out zoo.jsonl` (a typo): the results file was made holding one error record and the run went
+    on to its summary table. Like every command given a path that is not there, one line and exit 1; nothing
+    written, an existing results file left as it was. (A stale line of @list.txt is still a record: test_audit.py.)"""
+    missing = tmp_path / "zo"
+    assert not os.path.lexists(missing)
+    out = tmp_path / "zoo.jsonl"
+    r = _ckptstat("audit", str(missing), "--out", str(out))
+    assert (r.returncode, r.stdout) == (1, "") and not out.exists()
+    assert r.stderr.count("\n") == 1 and "no such file or folder" in r.stderr and "Traceback" not in r.stderr
+    out.write_bytes(b'{"path": "earlier"}\n')
+    assert _ckptstat("audit", str(missing), "--out", str(out), "--json").returncode == 1
+    assert out.read_bytes() == b'{"path": "earlier"}\n'

@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ...core.files import HF_CACHE_REPOS, dirname, followed, join, regular, walk
+from ...core.files import HF_CACHE_REPOS, absent, dirname, followed, join, regular, walk
 from ...core.urls import is_url, parent, scheme
 from ...core.urls import named as named_url
 from ...errors import (
@@ -395,6 +395,8 @@ def discover(target: str) -> tuple[list[Unit], Skipped]:
             raise UsageError(f"{listing}: cannot read the list of checkpoints ({e.strerror})") from None
         entries = [ln for ln in lines if ln and not ln.startswith("#")]
     else:
+        if not is_url(target) and not os.path.isfile(target + ".index") and (missing := absent(target)) is not None:
+            raise missing   # the root itself (a typo): one line, no results file written; a list's stale line is a record
         entries = [target]
     # `zoo/` and `zoo` key the same records (a URL keeps its slash: an http folder URL may need it)
     entries = [named_url(e) if is_url(e) else os.path.normpath(e) for e in entries]   # (urls.named: no password kept)
