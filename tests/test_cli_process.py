@@ -77,3 +77,36 @@ def test_audit_of_a_root_that_is_not_there_writes_nothing(tmp_path):
     out.write_bytes(b'{"path": "earlier"}\n')
     assert _ckptstat("audit", str(missing), "--out", str(out), "--json").returncode == 1
     assert out.read_bytes() == b'{"path": "earlier"}\n'
+
+
+def test_run_of_a_config_without_architectures_builds_the_head_the_file_holds(tmp_path):
+    """A config.json with no `architectures` (or a custom class transformers lacks) beside a causal LM's weights:
+    `run` built AutoModel's class, a bare LlamaModel, leaving the file's lm_head unused, and reported its FLOPs 46%
+    below the analytic ones, which count the head. Oracle: transformers' AutoModelForCausalLM.from_pretrained of the
+    folder, its forward counted by torch's FlopCounterMode."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=1000)
+    torch.manual_seed(0)
+    folder = tmp_path / "llama"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    for archs in (None, ["MyLlamaForCausalLM"]):
+        if archs is None:
+            config.pop("architectures", None)
+        else:
+            config["architectures"] = archs
+        (folder / "config.json").write_text(json.dumps(config))
+        oracle = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+        with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+            oracle(input_ids=torch.zeros((1, 8), dtype=torch.long))
+        r = _ckptstat("run", str(folder), "-s", "8", "--iters", "1", "--warmup", "0", "--json")
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["model_class"] == type(oracle).__name__
+        assert got["flops"]["measured"] == counter.get_total_flops() == got["flops"]["analytic"]
