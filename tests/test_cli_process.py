@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from conftest import fixture
 
 
@@ -110,3 +111,50 @@ def test_run_of_a_config_without_architectures_builds_the_head_the_file_holds(tm
         got = json.loads(r.stdout)
         assert got["model_class"] == type(oracle).__name__
         assert got["flops"]["measured"] == counter.get_total_flops() == got["flops"]["analytic"]
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of `pid`'s child processes (/proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                out.append(cmd)
+    return out
+
+
+def _ctrl_c_once(args: list[str], ready) -> subprocess.CompletedProcess:
+    """Run ckptstat in its own process group and press Ctrl-C (SIGINT to the whole group, as a terminal sends it)
+    as soon as `ready(child command lines)` holds."""
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "ckptstat", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    while p.poll() is None and not ready(_children(p.pid)):
+        time.sleep(0.005)
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, process groups")
+def test_ctrl_c_during_stats_workers_prints_no_traceback(tmp_path):
+    """Ctrl-C during `stats --workers 2`: the forked workers, with the parent's handlers, printed KeyboardInterrupt
+    and (stopped with SIGTERM, cli.py's handler) SystemExit tracebacks under the parent's exit 130."""
+    path = tmp_path / "big.safetensors"
+    rng = np.random.default_rng(0)
+    from safetensors.numpy import save_file
+
+    save_file({f"layers.{i}.weight": rng.standard_normal((1024, 1024), dtype=np.float32) for i in range(16)}, str(path))
+    r = _ctrl_c_once(["stats", str(path), "--workers", "2", "--chunk-bytes", "65536", "--no-progress"],
+                     lambda kids: len(kids) >= 2)
+    assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...census.ties import copies_differ
+from ...core.pools import sigint_deferred, start_forkserver, worker_signals
 from ...core.urls import concurrently, is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from ..scan import nothing_inside, pickle_named, scan_url_if_pickle
@@ -314,6 +315,7 @@ def _context() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, "ckptstat.analysis.summary", "ckptstat.analysis.ties",
                                 *(f"ckptstat.formats.{m}" for m in registry._MODULES)])
+    start_forkserver()
     return ctx
 
 
@@ -324,7 +326,8 @@ def _pool_pass(units: list[Unit], workers: int, values: bool,
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(max(1, workers), mp_context=_context())
+    with sigint_deferred():   # (its queues' semaphores start multiprocessing's resource tracker)
+        pool = ProcessPoolExecutor(max(1, workers), mp_context=_context(), initializer=worker_signals)
     using = settings()
     queue = list(reversed(units))
     pending: dict[Future[dict[str, Any]], Unit] = {}
@@ -333,7 +336,8 @@ def _pool_pass(units: list[Unit], workers: int, values: bool,
         while queue or pending:
             while queue and not broken and len(pending) < 2 * max(1, workers):
                 try:
-                    pending[pool.submit(_pool_task, queue[-1], values, using)] = queue[-1]
+                    with sigint_deferred():
+                        pending[pool.submit(_pool_task, queue[-1], values, using)] = queue[-1]
                 except BrokenProcessPool:   # broke before we saw a failed future: the rest waits
                     broken = True
                     break

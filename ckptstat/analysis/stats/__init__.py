@@ -37,7 +37,7 @@ import numpy as np
 
 from ...census import aliases, name_matches, placements
 from ...core import Checkpoint, TensorInfo, dtypes, urls
-from ...core.pools import quiet_stop_signals
+from ...core.pools import quiet_stop_signals, sigint_deferred, worker_signals
 from ...core.table import Table
 from ...core.tensor import STATS_CHUNK_BYTES
 from ...errors import CkptstatError, UsageError
@@ -324,6 +324,7 @@ def _fetched_since_mark() -> dict | None:
 def _worker_init(path: str, config: str | None, counter, workers: int) -> None:  # noqa: ANN001
     """A worker's start. Over a URL the workers share one process's limits (SETTINGS.concurrency requests to a host,
     REMOTE_AHEAD units, REMOTE_BUDGET bytes): `-w 8` keeps 64 requests in flight to the Hub's CDN in all, not 512."""
+    worker_signals()
     if urls.is_url(path):
         from ...sources.meter import SETTINGS
 
@@ -405,8 +406,7 @@ def pool_context():  # noqa: ANN201  (a multiprocessing context)
 
 def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
                progress: Callable[[int], None] | None) -> tuple[Table, dict[GroupKey, Group]]:
-    # concurrent.futures, not mp.Pool: when a worker dies (killed, out of memory) mp.Pool replaces it
-    # and waits forever for the task it held; a ProcessPoolExecutor raises BrokenProcessPool.
+    # concurrent.futures, not mp.Pool: a worker that dies (killed, out of memory) raises BrokenProcessPool, not a hang
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -420,7 +420,8 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
     died = CkptstatError(f"{ckpt.path}: a stats worker process died (killed, or out of memory?); no statistics "
                          "were reported")
     try:
-        index = {pool.submit(_worker_run, t): i for i, t in enumerate(tasks)}
+        with sigint_deferred():   # (the first submit forks the workers)
+            index = {pool.submit(_worker_run, t): i for i, t in enumerate(tasks)}
         pending = set(index)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)

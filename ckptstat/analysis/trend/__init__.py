@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...core import Checkpoint
+from ...core.pools import sigint_deferred, worker_signals
 from ...core.tensor import DEFAULT_CHUNK_BYTES
 from ...errors import CkptstatError, UsageError
 from ...formats.registry import open_checkpoint
@@ -93,8 +94,10 @@ def _run(ckpts: list[Checkpoint], p: Plan, chunk_bytes: int, workers: int,
         raise UsageError("trend --workers needs the fork start method (Linux); use --workers 1")
     _W.update(ckpts=ckpts, plan=p, chunk=chunk_bytes)
     try:
-        with ProcessPoolExecutor(min(workers, n), mp_context=ctx) as pool:
-            for done, fut in enumerate(as_completed([pool.submit(_worker, t) for t in range(n)]), 1):
+        with ProcessPoolExecutor(min(workers, n), mp_context=ctx, initializer=worker_signals) as pool:
+            with sigint_deferred():   # (the first submit forks the workers)
+                futs = [pool.submit(_worker, t) for t in range(n)]
+            for done, fut in enumerate(as_completed(futs), 1):
                 try:
                     res = fut.result()
                 except BrokenProcessPool:
