@@ -274,9 +274,12 @@ def test_audit_of_a_fifo_or_a_device_says_what_it_is(cli, tmp_path):
     os.symlink("loop.b", tmp_path / "loop.a")
     os.symlink("loop.a", tmp_path / "loop.b")
     for name, said in (("pipe.safetensors", "is a FIFO (named pipe), not a regular file"),
-                       ("zero.safetensors", "is a character device, not a regular file"),
-                       ("loop.a", "symbolic links")):
+                       ("zero.safetensors", "is a character device, not a regular file")):
         out = tmp_path / f"{name}.jsonl"
         rc, _, err = cli("audit", str(tmp_path / name), "--out", str(out), "--json")
         (record,) = [json.loads(line) for line in out.read_text().splitlines()]
         assert rc == 1 and said in record["error"] and "no such file" not in record["error"], (err, record)
+    # a root that resolves to nothing (a symlink loop, as a typo) is one line and no results file, as every command
+    out = tmp_path / "loop.a.jsonl"
+    rc, _, err = cli("audit", str(tmp_path / "loop.a"), "--out", str(out), "--json")
+    assert rc == 1 and "symbolic links" in err and err.count("\n") == 1 and not out.exists(), err
