@@ -15,15 +15,25 @@ from typing import Any
 
 from ..core import Checkpoint
 from ..core.tensor import TensorInfo
+from ..families.framework.layout import Paths
+from ..families.mixtral import MIXTRAL as MIXTRAL_LAYOUT
 
 LABEL = "transformers 5's fused experts (gate_up_proj, down_proj) read per expert, as save_pretrained writes them"
 FUSED = re.compile(r"^(?P<p>.*\.experts)\.(?P<w>gate_up_proj|down_proj)$")
 PER_EXPERT = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
-# Mixtral's checkpoint names as the fused model's (transformers' conversion_mapping "mixtral", reversed)
-MIXTRAL = [(re.compile(p), r) for p, r in ((r"\.block_sparse_moe\.experts\.(\d+)\.w1\.", r".mlp.experts.\1.gate_proj."),
-                                            (r"\.block_sparse_moe\.experts\.(\d+)\.w3\.", r".mlp.experts.\1.up_proj."),
-                                            (r"\.block_sparse_moe\.experts\.(\d+)\.w2\.", r".mlp.experts.\1.down_proj."),
-                                            (r"\.block_sparse_moe\.gate\.", r".mlp.gate."))]
+
+
+def _renames(saved: Paths, memory: Paths) -> list[tuple[re.Pattern[str], str]]:
+    """A family's checkpoint names as its in-memory model's (transformers' conversion_mapping, reversed): the experts'
+    and the router's, from the two layouts' Paths."""
+    experts = [(rf"\.{saved.mlp}\.{saved.experts}\.(\d+)\.{a}\.", rf".{memory.mlp}.{memory.experts}.\1.{b}.")
+               for a, b in ((saved.gate, memory.gate), (saved.up, memory.up), (saved.down, memory.down))]
+    router = [(rf"\.{saved.mlp}\.{saved.router}\.", f".{memory.mlp}.{memory.router}.")]
+    return [(re.compile(a), b) for a, b in experts + router]
+
+
+# Mixtral's (block_sparse_moe.experts.N.w1 / w3 / w2, block_sparse_moe.gate) as the fused model's (mlp.*)
+MIXTRAL = _renames(MIXTRAL_LAYOUT.paths, Paths())
 
 
 def _slice(t: TensorInfo, name: str, index: int, part: int, parts: int) -> TensorInfo:

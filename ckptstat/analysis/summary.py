@@ -46,6 +46,7 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
     files = [{"path": f, "bytes": n} for f, n in sizes.items()]
     file_bytes = sum(sizes.values())
     held = optimizer_state(ckpt)
+    loaded = on_load(ckpt, total)   # (the class's count on load: the summary's line, and what the recorded count faces)
     share = lambda n: (n / total) if total else 0.0
     return {
         "schema": SUMMARY_SCHEMA,
@@ -63,8 +64,8 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
             "stored_bytes": sum(r["bytes"] for r in buckets.values()),
             "bits_per_weight": bits_per_weight(sum(r["bytes"] for r in buckets.values()), total),
             "partial": original.partial,   # why every total here is partial (a GGUF split set missing shards), else None
-            "on_load": on_load(ckpt, total),
-            "recorded": recorded(original, total),
+            "on_load": loaded,
+            "recorded": recorded(original, loaded["params"] if loaded else total),
         },
         "buckets": [{"bucket": b, **buckets[b], "share": share(buckets[b]["params"]),
                      "bits_per_weight": bits_per_weight(buckets[b]["bytes"], buckets[b]["params"])}
@@ -170,15 +171,14 @@ def on_load(ckpt: Checkpoint, total: int) -> dict | None:
                           "parameters plus those it recreates on load, less rows it drops"}
 
 
-def recorded(ckpt: Checkpoint, total: int) -> dict | None:
+def recorded(ckpt: Checkpoint, expected: int) -> dict | None:
     """The count transformers 5 recorded when it saved the shards (the index's metadata `total_parameters`:
-    `model.num_parameters()`, the model's parameters() each once) beside the one it should equal: model.parameters()
-    of the class on load where that differs from the file's (on_load), else the file's unique count; None without."""
+    `model.num_parameters()`, the model's parameters() each once) beside `expected`, the one it should equal:
+    model.parameters() of the class on load where that differs from the file's (on_load), else the file's unique
+    count; None without."""
     found = ckpt.metadata.get("index.total_parameters")
     if found is None:
         return None
-    loaded = on_load(ckpt, total)
-    expected = loaded["params"] if loaded else total
     return {"count": int(found), "expected": expected, "difference": int(found) - expected,
             "by": "the index's metadata total_parameters: transformers' model.num_parameters() when it saved the shards"}
 

@@ -30,6 +30,13 @@ def _table() -> Mapping[str, Any]:
     return classes
 
 
+def _row(cfg: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The table's row of the first class config.json names that it knows; {} for none."""
+    table = _table()
+    cls = next((c for c in architectures(cfg) if c in table), None) if cfg else None
+    return table[cls] if cls else {}
+
+
 def canonical(dtype: str | None) -> str | None:
     """float16 or bfloat16 for a 16-bit float dtype's spelling; None for any other."""
     lists = _LISTS.get(dtype or "")
@@ -39,10 +46,8 @@ def canonical(dtype: str | None) -> str | None:
 def pattern(cfg: Mapping[str, Any] | None, dtype: str | None) -> re.Pattern[str] | None:
     """The patterns the class config.json names keeps in float32 when loaded in `dtype`, as one regex to search a
     parameter's name with; None when it keeps none there (or the table knows no class config.json names)."""
-    lists = _LISTS.get(dtype or "")
-    table = _table()
-    cls = next((c for c in architectures(cfg) if c in table), None) if cfg and lists else None
-    found = [p for key in lists or () for p in table[cls].get(key, ())] if cls else []
+    row = _row(cfg) if (lists := _LISTS.get(dtype or "")) else {}
+    found = [p for key in lists or () for p in row.get(key, ())]
     return re.compile("|".join(p.replace("*", ".*") for p in found)) if found else None
 
 
@@ -50,9 +55,7 @@ def unconverted(cfg: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The class's `_keep_in_fp32_modules` (whatever the dtype), which transformers' quantizers add to the modules they
     leave unquantised (quantizers/base.py `get_modules_to_not_convert`: bitsandbytes, FineGrainedFP8, MXFP4, AWQ):
     T5's `wo`, DeepSeek-V4's compressor projections."""
-    table = _table()
-    cls = next((c for c in architectures(cfg) if c in table), None) if cfg else None
-    return tuple(table[cls].get("fp16", ())) if cls else ()
+    return tuple(_row(cfg).get("fp16", ()))
 
 
 def op_param(module: str) -> str:

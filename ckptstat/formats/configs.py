@@ -33,13 +33,18 @@ def read_json(path: str, cap: int, what: str) -> Any:
     return json.loads(data.decode("utf-8"))
 
 
-def find_config(weights_path: str) -> str | None:
+def beside(weights_path: str, name: str) -> str | None:
+    """The file `name` beside the weights (a file, or in a folder), if there is one."""
     if urls.is_url(weights_path):
         folder = weights_path if files.isdir(weights_path) else urls.parent(weights_path)
-        return urls.join(folder, "config.json") if files.isfile(urls.join(folder, "config.json")) else None
+        return urls.join(folder, name) if files.isfile(urls.join(folder, name)) else None
     folder = weights_path if os.path.isdir(weights_path) else os.path.dirname(os.path.abspath(weights_path))
-    p = os.path.join(folder, "config.json")
+    p = os.path.join(folder, name)
     return p if os.path.lexists(p) else None   # (a folder, a FIFO or a dangling link there: load_config says so)
+
+
+def find_config(weights_path: str) -> str | None:
+    return beside(weights_path, "config.json")
 
 
 def load_config(path: str) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from ..errors import CorruptCheckpointError
 from .configs import load_config, take_config
 from .native_params import PARAMS, RANK, find_params
 from .registry import _FOLDER_HOOKS
+from .registry import _open_file as open_weights
 
-SHARD = RANK
 ROW_PARALLEL = re.compile(r"(^|\.)(attention\.wo|feed_forward\.w2)\.weight$")   # joined along dimension 1
 EMBEDDING = "tok_embeddings.weight"
 
@@ -45,29 +45,34 @@ def _joined_dim(name: str, shape: tuple[int, ...], hidden: int) -> int | None:
     return 1 if ROW_PARALLEL.search(name) else 0
 
 
-def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
+def open_folder(folder: str, _open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
     """Every rank's file of a Meta model-parallel folder, joined; None for a folder of one file or no such files, or
-    whose params.json does not read as Llama's (the folder is then resolved as any other)."""
-    names = sorted(n for n in os.listdir(folder) if SHARD.match(n))
+    whose params.json does not read as Llama's (the folder is then resolved as any other). Each rank's file is read
+    alone (`_open_file`, open_checkpoint's, would look for a config beside every one), params.json once."""
+    names = sorted(n for n in os.listdir(folder) if RANK.match(n))
     if len(names) < 2:
         return None
-    paths = [os.path.join(folder, n) for n in names]
-    first = open_file(paths[0])   # (one rank's file takes no params.json: formats/native_params.py take)
     found = find_params(folder)
     if found is None:
         return None
     check_inside(found, PARAMS, folder)
-    first.notes = [n for n in first.notes if not n.startswith(names[0])]
-    take_config(first, found, load_config(found))
+
+    def weights(path: str) -> Checkpoint:   # (a rank's file alone, read once: no config looked for beside each)
+        check_inside(path, "file", folder)
+        return open_weights(path)
+
+    paths = [os.path.join(folder, n) for n in names]
+    first = weights(paths[0])
+    take_config(first, found, load_config(found))   # (the embedding's rows for a vocabulary of -1: any rank's)
     cfg = first.config or {}
     if first.config_from != PARAMS or cfg.get("model_type") != "llama":
         return None
-    ranks = [int(SHARD.match(n)[1]) for n in names]   # type: ignore[index]
+    ranks = [int(RANK.match(n)[1]) for n in names]   # type: ignore[index]
     if ranks != list(range(len(ranks))):
         missing = sorted(set(range(ranks[-1] + 1)) - set(ranks))
         raise CorruptCheckpointError(folder, f"the model-parallel file(s) consolidated.{missing[0]:02d}.pth ... are "
                                              f"missing ({len(names)} of {ranks[-1] + 1} present)")
-    parts = [first] + [open_file(p) for p in paths[1:]]
+    parts = [first] + [weights(p) for p in paths[1:]]
     hidden, reader = int(cfg["hidden_size"]), _Slices()
     tensors: dict[str, TensorInfo] = {}
     for name, t in first.tensors.items():

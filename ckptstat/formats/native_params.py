@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..core import Checkpoint, files, urls
+from ..core import Checkpoint, urls
 
 PARAMS = "params.json"
 # what Mistral's and Meta's weights files are, and their names: params.json is looked for beside these alone
@@ -37,13 +37,9 @@ RANK = re.compile(r"^consolidated\.(\d{2})\.pth$")   # Meta's model-parallel fil
 
 def find_params(weights_path: str) -> str | None:
     """The params.json beside the weights (a file or a folder), if any."""
-    if urls.is_url(weights_path):
-        folder = weights_path if files.isdir(weights_path) else urls.parent(weights_path)
-        p = urls.join(folder, PARAMS)
-        return p if files.isfile(p) else None
-    folder = weights_path if os.path.isdir(weights_path) else os.path.dirname(os.path.abspath(weights_path))
-    p = os.path.join(folder, PARAMS)
-    return p if os.path.lexists(p) else None
+    from .configs import beside
+
+    return beside(weights_path, PARAMS)
 
 
 def take(ckpt: Checkpoint, path: str) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...census.ties import copies_differ
-from ...core.pools import sigint_deferred, start_forkserver, worker_signals
+from ...core.pools import sigint_deferred, start_forkserver, stop, worker_signals
 from ...core.urls import concurrently, is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from ..scan import nothing_inside, pickle_named, scan_url_if_pickle
@@ -355,7 +355,7 @@ def _pool_pass(units: list[Unit], workers: int, values: bool,
                     continue
                 yield rec
     finally:
-        pool.shutdown(wait=not broken, cancel_futures=True)
+        stop(pool, failed=broken)
     return list(reversed(queue))
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from ...census import aliases, name_matches, placements
 from ...core import Checkpoint, TensorInfo, dtypes, urls
-from ...core.pools import quiet_stop_signals, sigint_deferred, worker_signals
+from ...core.pools import quiet_stop_signals, sigint_deferred, stop, worker_signals
 from ...core.table import Table
 from ...core.tensor import STATS_CHUNK_BYTES
 from ...errors import CkptstatError, UsageError
@@ -448,13 +448,8 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
                     if g is None:
                         g = groups[key] = group_acc(key)
                     g.merge_bins(acc)
-    finally:   # on an error the run is over: tasks not started are cancelled, the workers stopped, none waited for (a
-        # worker killed while it held a queue's or the counter's lock leaves the others, and the executor, waiting)
-        failed = sys.exc_info()[1] is not None
-        if failed:
-            for p in list(getattr(pool, "_processes", {}).values()):
-                p.terminate()
-        pool.shutdown(wait=not failed, cancel_futures=True)
+    finally:   # on an error the run is over: tasks not started are cancelled, the workers stopped, none waited for
+        stop(pool, failed=sys.exc_info()[1] is not None)
     if progress:
         progress(counter.value - seen)
     rows = rows_table()
